@@ -1,0 +1,149 @@
+"""Small, exact edits on LibCST trees, shared by the patch modules.
+
+Each finder raises `AnchorMissing` instead of guessing when the code is not in the expected shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import libcst as cst
+
+from sglpatch.patch import AnchorMissing
+
+
+def find_class(module: cst.Module, name: str) -> cst.ClassDef:
+    found = [s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == name]
+    if len(found) != 1:
+        raise AnchorMissing(f"expected one class {name}, found {len(found)}")
+    return found[0]
+
+
+def class_body(node: cst.ClassDef) -> Sequence[cst.BaseStatement]:
+    if not isinstance(node.body, cst.IndentedBlock):
+        raise AnchorMissing(f"class {node.name.value} has no indented body")
+    return node.body.body
+
+
+def find_dict(body: Sequence[cst.BaseStatement], name: str) -> cst.Dict:
+    """The dict literal assigned to `name` in a module or class body, assigned exactly once."""
+    values: list[cst.BaseExpression] = []
+    for statement in body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if (
+                isinstance(small, cst.Assign)
+                and any(
+                    isinstance(t.target, cst.Name) and t.target.value == name for t in small.targets
+                )
+            ) or (
+                isinstance(small, cst.AnnAssign)
+                and isinstance(small.target, cst.Name)
+                and small.target.value == name
+                and small.value is not None
+            ):
+                values.append(small.value)  # type: ignore[arg-type]  # narrowed by the test above
+    if len(values) != 1:
+        raise AnchorMissing(f"expected one assignment to {name}, found {len(values)}")
+    if not isinstance(values[0], cst.Dict):
+        raise AnchorMissing(f"{name} is not a dict literal")
+    return values[0]
+
+
+def int_key(element: cst.BaseDictElement) -> int | None:
+    if isinstance(element, cst.DictElement) and isinstance(element.key, cst.Integer):
+        value = element.key.evaluated_value
+        return value if isinstance(value, int) else None
+    return None
+
+
+def dict_row(table: cst.Dict, key: int) -> cst.DictElement | None:
+    rows = [e for e in table.elements if int_key(e) == key]
+    if len(rows) > 1:
+        raise AnchorMissing(f"key {key} appears {len(rows)} times")
+    row = rows[0] if rows else None
+    return row if isinstance(row, cst.DictElement) else None
+
+
+def with_row_after(table: cst.Dict, anchor_key: int, row: cst.DictElement) -> cst.Dict:
+    """Insert `row` right after the `anchor_key` row, laid out like the rows around it.
+
+    The new row takes the anchor's comma (so a trailing comma stays trailing); if the anchor was
+    last, it now takes the separator its neighbours use (a comma and the same line break).
+    """
+    elements = list(table.elements)
+    index = next(i for i, e in enumerate(elements) if int_key(e) == anchor_key)
+    anchor = elements[index]
+    new_row = row.with_changes(comma=anchor.comma)
+    if index == len(elements) - 1:
+        elements[index] = anchor.with_changes(comma=_separator(table, elements, index))
+    elements.insert(index + 1, new_row)
+    return table.with_changes(elements=elements)
+
+
+def _separator(
+    table: cst.Dict, elements: list[cst.BaseDictElement], index: int
+) -> cst.Comma | cst.MaybeSentinel:
+    previous = elements[index - 1].comma if index > 0 else None
+    if isinstance(previous, cst.Comma):
+        return previous.deep_clone()
+    # A lone row: break the line the way the opening brace does.
+    return cst.Comma(whitespace_after=table.lbrace.whitespace_after.deep_clone())
+
+
+def replace(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Module:
+    result = module.deep_replace(old, new)
+    assert isinstance(result, cst.Module)
+    return result
+
+
+def method_names(node: cst.ClassDef) -> set[str]:
+    return {s.name.value for s in class_body(node) if isinstance(s, cst.FunctionDef)}
+
+
+def methods(node: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+    return {s.name.value: s for s in class_body(node) if isinstance(s, cst.FunctionDef)}
+
+
+def append_to_class(node: cst.ClassDef, statements: Sequence[cst.BaseStatement]) -> cst.ClassDef:
+    assert isinstance(node.body, cst.IndentedBlock)
+    return node.with_changes(body=node.body.with_changes(body=[*node.body.body, *statements]))
+
+
+def assigns_self_attribute(node: cst.CSTNode, attribute: str) -> bool:
+    """Whether `self.<attribute> = ...` appears anywhere under `node`."""
+    return any(
+        isinstance(t.target, cst.Attribute)
+        and isinstance(t.target.value, cst.Name)
+        and t.target.value.value == "self"
+        and t.target.attr.value == attribute
+        for assign in _walk(node, cst.Assign)
+        for t in assign.targets
+    )
+
+
+def method_calls_on(node: cst.CSTNode, owner: str, method: str) -> list[cst.Call]:
+    """Calls `<...>.<owner>.<method>(...)`, e.g. `self._WORLD_SIZES_MULTIMEM.get(...)`."""
+    return [
+        call
+        for call in _walk(node, cst.Call)
+        if isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == method
+        and isinstance(call.func.value, cst.Attribute)
+        and call.func.value.attr.value == owner
+    ]
+
+
+def _walk(node: cst.CSTNode, kind: type[cst.CSTNodeT]) -> Iterator[cst.CSTNodeT]:
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, kind):
+            yield current
+        stack.extend(current.children)
+
+
+def statement(code: str, module: cst.Module) -> cst.BaseStatement:
+    """Parse new code with the module's own indentation and line endings."""
+    return cst.parse_statement(code, config=module.config_for_parsing)

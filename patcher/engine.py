@@ -1,0 +1,160 @@
+"""Running the codemods in memory: parse each file once, transform, prove, never write."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from packaging.version import Version
+
+from sglpatch.lazy import lazy_import
+from sglpatch.patch import (
+    AlreadyPresent,
+    AlreadyUpstream,
+    AnchorMissing,
+    Patch,
+    PostconditionFailed,
+)
+from sglpatch.results import AlreadyApplied, Applied, Failed, NotApplicable, Outcome
+from sglpatch.target import Target
+
+if TYPE_CHECKING:
+    import libcst as cst
+else:
+    cst = lazy_import("libcst")
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """New bytes for one file; `path` is relative to the target root."""
+
+    path: str
+    before: bytes
+    after: bytes
+    patch_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    outcomes: tuple[Outcome, ...]
+    changes: tuple[FileChange, ...]
+
+    @property
+    def failures(self) -> list[Failed]:
+        return [o for o in self.outcomes if isinstance(o, Failed)]
+
+
+def plan(
+    target: Target, patches: Sequence[Patch], release: Version, ours: Collection[str] = ()
+) -> Plan:
+    """Work out every patch's outcome and the resulting bytes; `ours` are ids the ledger holds."""
+    outcomes: dict[str, Outcome] = {}
+    by_file: dict[str, list[Patch]] = {}
+    for patch in patches:
+        package_path = patch.target_file(release)
+        if package_path is None:
+            outcomes[patch.id] = NotApplicable(
+                patch.id, f"SGLang {release} does not have the code this patch fixes"
+            )
+        else:
+            by_file.setdefault(package_path, []).append(patch)
+    changes = []
+    for package_path, file_patches in by_file.items():
+        change, file_outcomes = _patch_file(target, package_path, file_patches, release, ours)
+        outcomes.update(file_outcomes)
+        if change is not None:
+            changes.append(change)
+    return Plan(tuple(outcomes[p.id] for p in patches), tuple(changes))
+
+
+def _patch_file(
+    target: Target,
+    package_path: str,
+    patches: list[Patch],
+    release: Version,
+    ours: Collection[str],
+) -> tuple[FileChange | None, dict[str, Outcome]]:
+    shown = target.relative(package_path)
+    try:
+        source = _read_source(target, package_path)
+    except _Unreadable as error:
+        return None, {p.id: Failed(p.id, shown, str(error)) for p in patches}
+    return transform_source(source, shown, patches, release, ours)
+
+
+def transform_source(
+    source: bytes,
+    shown: str,
+    patches: Sequence[Patch],
+    release: Version,
+    ours: Collection[str] = (),
+) -> tuple[FileChange | None, dict[str, Outcome]]:
+    """Run `patches` in turn over one file's bytes; `shown` names the file in results."""
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        reason = f"syntax error at line {error.raw_line}: {error.message}"
+        return None, {p.id: Failed(p.id, shown, reason) for p in patches}
+
+    outcomes: dict[str, Outcome] = {}
+    applied: list[str] = []
+    for patch in patches:
+        try:
+            patched = patch.transform(module, release)
+            patch.postcondition(patched, release)
+            _require_idempotent(patch, patched, release)
+        except AlreadyPresent as present:
+            try:
+                patch.postcondition(module, release)
+            except PostconditionFailed as error:
+                outcomes[patch.id] = Failed(patch.id, shown, f"change present but {error}")
+                continue
+            by: Literal["sglpatch", "upstream"] = "sglpatch" if patch.id in ours else "upstream"
+            fixed_in = None if by == "sglpatch" else patch.fixed_upstream_in
+            outcomes[patch.id] = AlreadyApplied(patch.id, shown, by, str(present), fixed_in)
+        except AlreadyUpstream as upstream:
+            outcomes[patch.id] = AlreadyApplied(
+                patch.id, shown, "upstream", str(upstream), patch.fixed_upstream_in
+            )
+        except (AnchorMissing, PostconditionFailed) as error:
+            outcomes[patch.id] = Failed(patch.id, shown, str(error))
+        else:
+            module = patched
+            applied.append(patch.id)
+            outcomes[patch.id] = Applied(patch.id, shown)
+    if not applied:
+        return None, outcomes
+    return FileChange(shown, source, module.bytes, tuple(applied)), outcomes
+
+
+def _require_idempotent(patch: Patch, patched: cst.Module, release: Version) -> None:
+    try:
+        again = patch.transform(patched, release)
+    except (AlreadyPresent, AlreadyUpstream):
+        return
+    except AnchorMissing as error:
+        raise PostconditionFailed(f"its own output lost the anchor ({error})") from None
+    if again.code != patched.code:
+        raise PostconditionFailed("a second run would change the file again")
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def _read_source(target: Target, package_path: str) -> bytes:
+    path = target.path(package_path)
+    if path.is_symlink():
+        raise _Unreadable("is a symbolic link; sglpatch only rewrites regular files")
+    try:
+        source = path.read_bytes()
+    except FileNotFoundError:
+        raise _Unreadable("file is missing") from None
+    except OSError as error:
+        raise _Unreadable(f"cannot read: {error.strerror}") from None
+    try:
+        source.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise _Unreadable(f"not UTF-8 text (byte {error.start})") from None
+    return source

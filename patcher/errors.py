@@ -1,0 +1,64 @@
+"""One error family. The CLI turns each kind into a one-line message and its exit code."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Documented process exit codes (README, "Exit codes")."""
+
+    OK = 0
+    REFUSED = 1  # declined to protect something: edits, a mismatched or untested release, a lock
+    USAGE = 2  # the command line is wrong
+    TARGET = 3  # the target is missing, not SGLang, or not in the shape a patch needs
+    LEDGER = 4  # the ledger is unusable
+    GAPS = 5  # `doctor` found gaps that remain
+    BUG = 70  # an unexpected error in sglpatch itself (EX_SOFTWARE); details in the log
+    INTERRUPTED = 130
+
+
+class SglpatchError(Exception):
+    """Base of every error sglpatch expects; `str()` is the one-line message."""
+
+    exit_code: ExitCode = ExitCode.BUG
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class UsageError(SglpatchError):
+    """An argument is malformed (for example a `--version` that is not a release)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class RefusedError(SglpatchError):
+    """The operation would lose or overwrite something; nothing was changed."""
+
+    exit_code = ExitCode.REFUSED
+
+
+class TargetError(SglpatchError):
+    """The target cannot be found, read or patched; nothing was changed."""
+
+    exit_code = ExitCode.TARGET
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+
+
+class LedgerError(SglpatchError):
+    """The ledger cannot be read or written; nothing was changed."""
+
+    exit_code = ExitCode.LEDGER
+
+    def __init__(self, message: str, directory: str | None = None) -> None:
+        super().__init__(f"ledger {directory}: {message}" if directory else message)
+        self.directory = directory
+
+
+class LockedError(RefusedError):
+    """Another sglpatch process holds the target; the wait for it timed out."""

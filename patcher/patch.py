@@ -1,0 +1,84 @@
+"""What a patch module declares. Subclass `Patch` once per module in `sglpatch.patches`."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+T = TypeVar("T")
+
+
+class AnchorMissing(Exception):
+    """The code a patch edits is not where it should be; the patch never guesses (cf. SkipFile)."""
+
+
+class AlreadyPresent(Exception):
+    """The patch's change is already in the file: ours from an earlier apply, or upstream's."""
+
+
+class AlreadyUpstream(Exception):
+    """Upstream solved the problem its own way; the file must not be touched."""
+
+
+class PostconditionFailed(Exception):
+    """The transformed file does not have the property the patch promises."""
+
+
+class ByRelease(Generic[T]):
+    """A small table of per-release facts (file names, symbol names), keyed by PEP 440 specifiers.
+
+    Exactly one row may match a release; overlapping rows are a bug in the patch module.
+    """
+
+    def __init__(self, rows: Mapping[str, T]) -> None:
+        self.rows = {SpecifierSet(spec): value for spec, value in rows.items()}
+
+    def get(self, release: Version) -> T | None:
+        matches = [v for spec, v in self.rows.items() if spec.contains(release, prereleases=True)]
+        if len(matches) > 1:
+            raise ValueError(f"{len(matches)} rows match release {release}")
+        return matches[0] if matches else None
+
+
+class Patch(ABC):
+    """One fix to SGLang source, applied as a LibCST codemod.
+
+    Subclasses declare, as class attributes:
+      id                 stable identifier used in the ledger and on the command line
+      description        one line: what it changes and why
+      tested             the releases it has been tested on (a PEP 440 specifier)
+      fixed_upstream_in  the first release whose own code no longer needs it, if any
+    and implement `target_file`, `transform` and `postcondition`.
+    """
+
+    id: ClassVar[str]
+    description: ClassVar[str]
+    tested: ClassVar[SpecifierSet]
+    fixed_upstream_in: ClassVar[Version | None] = None
+    # Where the catalogue found the patch ("built-in", a plugin's name or a folder); set on load.
+    origin: ClassVar[str] = "built-in"
+
+    def is_tested(self, release: Version) -> bool:
+        return self.tested.contains(release, prereleases=True)
+
+    def fixed_upstream(self, release: Version) -> bool:
+        return self.fixed_upstream_in is not None and release >= self.fixed_upstream_in
+
+    @abstractmethod
+    def target_file(self, release: Version) -> str | None:
+        """The file to edit, relative to the `sglang` package; None if the release has none."""
+
+    @abstractmethod
+    def transform(self, module: cst.Module, release: Version) -> cst.Module:
+        """Return the patched module, or raise AnchorMissing, AlreadyPresent or AlreadyUpstream."""
+
+    @abstractmethod
+    def postcondition(self, module: cst.Module, release: Version) -> None:
+        """Raise PostconditionFailed unless `module` has the property this patch promises."""

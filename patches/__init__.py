@@ -1,0 +1,1 @@
+"""The built-in catalogue: one module per patch, each holding one `Patch` subclass."""

@@ -1,0 +1,75 @@
+"""Give compute capability 12 a row in the symmetric-memory all-reduce size table.
+
+Why: the torch symmetric-memory communicator looks its device's capability major up in this table,
+which knows only 9 (Hopper) and 10 (B200/GB200). Blackwell workstation parts (RTX PRO 6000,
+RTX 5090, GB10) report 12. Through 0.5.11 the lookup is a plain subscript and
+`--enable-torch-symm-mem` dies with `KeyError: 12`; from 0.5.12 it is a `.get()` and the
+communicator silently stays disabled. Capability 12 gets the world sizes and buffer sizes of 10.
+
+Delete when: an SGLang release ships a row for 12 (none up to 0.5.23 does).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from sglpatch.lazy import lazy_import
+from sglpatch.patch import AlreadyPresent, AnchorMissing, ByRelease, Patch, PostconditionFailed
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from sglpatch import cst_tools
+else:
+    cst = lazy_import("libcst")
+    cst_tools = lazy_import("sglpatch.cst_tools")
+
+NEW, MODEL = 12, 10
+
+# The table was renamed when the communicator became TorchSymmMemCommunicator.
+TABLE = ByRelease(
+    {
+        "<0.5.4.post3": "SYMM_MEM_ALL_REDUCE_MAX_SIZES",
+        ">=0.5.4.post3": "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES",
+    }
+)
+
+
+class Sm120SymmMemSizes(Patch):
+    """Add capability 12 to the all-reduce max-size table, copying capability 10's row."""
+
+    id = "sm120-symm-mem-sizes"
+    description = "symmetric-memory all-reduce sizes for capability 12 (RTX PRO 6000, 5090, GB10)"
+    tested = SpecifierSet(">=0.5.3,<=0.5.23")
+
+    def target_file(self, release: Version) -> str | None:
+        return "srt/distributed/device_communicators/all_reduce_utils.py"
+
+    def _table(self, module: cst.Module, release: Version) -> cst.Dict:
+        name = TABLE.get(release)
+        assert name is not None  # every release has a row
+        return cst_tools.find_dict(module.body, name)
+
+    def transform(self, module: cst.Module, release: Version) -> cst.Module:
+        table = self._table(module, release)
+        if cst_tools.dict_row(table, NEW) is not None:
+            raise AlreadyPresent(f"the table has a row for capability {NEW}")
+        model = cst_tools.dict_row(table, MODEL)
+        if model is None:
+            raise AnchorMissing(f"the table has no row for capability {MODEL} to copy")
+        row = model.deep_clone().with_changes(key=cst.Integer(str(NEW)))
+        return cst_tools.replace(module, table, cst_tools.with_row_after(table, MODEL, row))
+
+    def postcondition(self, module: cst.Module, release: Version) -> None:
+        table = self._table(module, release)
+        new, model = cst_tools.dict_row(table, NEW), cst_tools.dict_row(table, MODEL)
+        if new is None or not isinstance(new.value, cst.Dict):
+            raise PostconditionFailed(f"no size row for capability {NEW}")
+        world_sizes = {cst_tools.int_key(e) for e in new.value.elements}
+        if model is not None and isinstance(model.value, cst.Dict):
+            missing = {cst_tools.int_key(e) for e in model.value.elements} - world_sizes
+            if missing:
+                raise PostconditionFailed(f"capability {NEW} lacks world sizes {missing}")

@@ -1,0 +1,99 @@
+"""Route compute capability 12 to the two-shot kernel in the symmetric-memory communicator.
+
+Why: `all_reduce()` picks the multimem or the two-shot kernel by looking the capability major up
+in `_WORLD_SIZES_MULTIMEM`, which knows only 9 and 10, so on capability 12 the lookup raises
+`KeyError: 12`. Capability-12 parts have no NVSwitch multicast, so every world size takes the
+two-shot kernel: the row is `12: []`.
+
+Delete when: the oldest release in use is 0.5.12 or newer. 0.5.12 changed the lookup to
+`.get(capability, ())`, which sends unknown capabilities to two-shot; there this patch reports
+"already upstream" and leaves the file alone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from sglpatch.lazy import lazy_import
+from sglpatch.patch import (
+    AlreadyPresent,
+    AlreadyUpstream,
+    AnchorMissing,
+    ByRelease,
+    Patch,
+    PostconditionFailed,
+)
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from sglpatch import cst_tools
+else:
+    cst = lazy_import("libcst")
+    cst_tools = lazy_import("sglpatch.cst_tools")
+
+NEW, MODEL = 12, 10
+TABLE = "_WORLD_SIZES_MULTIMEM"
+
+# 0.5.4.post3 renamed the module and class (symm_mem -> torch_symm_mem).
+COMMUNICATOR = ByRelease(
+    {
+        "<0.5.4.post3": ("srt/distributed/device_communicators/symm_mem.py", "SymmMemCommunicator"),
+        ">=0.5.4.post3": (
+            "srt/distributed/device_communicators/torch_symm_mem.py",
+            "TorchSymmMemCommunicator",
+        ),
+    }
+)
+
+
+class Sm120SymmMemTwoShot(Patch):
+    """Add `12: []` to the communicator's multimem world-size table."""
+
+    id = "sm120-symm-mem-two-shot"
+    description = "capability 12 takes the two-shot all-reduce kernel (no NVSwitch multicast)"
+    tested = SpecifierSet(">=0.5.3,<=0.5.23")
+    fixed_upstream_in = Version("0.5.12")
+
+    def target_file(self, release: Version) -> str | None:
+        row = COMMUNICATOR.get(release)
+        return row[0] if row else None
+
+    def _class(self, module: cst.Module, release: Version) -> cst.ClassDef:
+        row = COMMUNICATOR.get(release)
+        assert row is not None
+        return cst_tools.find_class(module, row[1])
+
+    @staticmethod
+    def _tolerant_lookup(communicator: cst.ClassDef) -> bool:
+        """`self._WORLD_SIZES_MULTIMEM.get(capability, default)`: unknown majors are fine."""
+        calls = cst_tools.method_calls_on(communicator, TABLE, "get")
+        return bool(calls) and all(len(call.args) == 2 for call in calls)
+
+    def transform(self, module: cst.Module, release: Version) -> cst.Module:
+        communicator = self._class(module, release)
+        if self._tolerant_lookup(communicator):
+            raise AlreadyUpstream(
+                f"{TABLE} is read with .get(capability, default): capability {NEW} "
+                "already takes the two-shot kernel"
+            )
+        table = cst_tools.find_dict(cst_tools.class_body(communicator), TABLE)
+        if cst_tools.dict_row(table, NEW) is not None:
+            raise AlreadyPresent(f"{TABLE} has a row for capability {NEW}")
+        model = cst_tools.dict_row(table, MODEL)
+        if model is None:
+            raise AnchorMissing(f"{TABLE} has no row for capability {MODEL} to follow")
+        row = model.deep_clone().with_changes(key=cst.Integer(str(NEW)), value=cst.List([]))
+        return cst_tools.replace(module, table, cst_tools.with_row_after(table, MODEL, row))
+
+    def postcondition(self, module: cst.Module, release: Version) -> None:
+        communicator = self._class(module, release)
+        if self._tolerant_lookup(communicator):
+            return
+        table = cst_tools.find_dict(cst_tools.class_body(communicator), TABLE)
+        row = cst_tools.dict_row(table, NEW)
+        if row is None or not isinstance(row.value, cst.List):
+            raise PostconditionFailed(f"{TABLE} has no world-size list for capability {NEW}")
