@@ -69,27 +69,49 @@ def dict_row(table: cst.Dict, key: int) -> cst.DictElement | None:
 def with_row_after(table: cst.Dict, anchor_key: int, row: cst.DictElement) -> cst.Dict:
     """Insert `row` right after the `anchor_key` row, laid out like the rows around it.
 
-    The new row takes the anchor's comma (so a trailing comma stays trailing); if the anchor was
-    last, it now takes the separator its neighbours use (a comma and the same line break).
+    The new row copies the anchor's comma and line break (so a trailing comma stays trailing),
+    while an end-of-line comment stays on the anchor's line. If the anchor was last, it now
+    breaks to the new row the way its neighbours break to theirs.
     """
     elements = list(table.elements)
     index = next(i for i, e in enumerate(elements) if int_key(e) == anchor_key)
     anchor = elements[index]
-    new_row = row.with_changes(comma=anchor.comma)
-    if index == len(elements) - 1:
-        elements[index] = anchor.with_changes(comma=_separator(table, elements, index))
+    new_row = row.with_changes(comma=_without_comment(anchor.comma))
+    if index < len(elements) - 1:
+        elements.insert(index + 1, new_row)
+        return table.with_changes(elements=elements)
+    # The last row's line break and comment belong to the closing brace.
+    closing = table.rbrace.whitespace_before
+    separator = _separator(table, elements, index)
+    if isinstance(closing, cst.ParenthesizedWhitespace):
+        separator = _with_first_line(separator, closing.first_line)
+        closing = closing.with_changes(first_line=cst.TrailingWhitespace())
+    elements[index] = anchor.with_changes(comma=separator)
     elements.insert(index + 1, new_row)
-    return table.with_changes(elements=elements)
+    return table.with_changes(
+        elements=elements, rbrace=table.rbrace.with_changes(whitespace_before=closing)
+    )
 
 
-def _separator(
-    table: cst.Dict, elements: list[cst.BaseDictElement], index: int
-) -> cst.Comma | cst.MaybeSentinel:
+def _separator(table: cst.Dict, elements: list[cst.BaseDictElement], index: int) -> cst.Comma:
     previous = elements[index - 1].comma if index > 0 else None
     if isinstance(previous, cst.Comma):
-        return previous.deep_clone()
+        return _without_comment(previous.deep_clone())  # type: ignore[return-value]
     # A lone row: break the line the way the opening brace does.
     return cst.Comma(whitespace_after=table.lbrace.whitespace_after.deep_clone())
+
+
+def _without_comment(comma: cst.Comma | cst.MaybeSentinel) -> cst.Comma | cst.MaybeSentinel:
+    if isinstance(comma, cst.Comma):
+        return _with_first_line(comma, cst.TrailingWhitespace())
+    return comma
+
+
+def _with_first_line(comma: cst.Comma, line: cst.TrailingWhitespace) -> cst.Comma:
+    after = comma.whitespace_after
+    if isinstance(after, cst.ParenthesizedWhitespace):
+        return comma.with_changes(whitespace_after=after.with_changes(first_line=line))
+    return comma
 
 
 def replace(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Module:
@@ -112,14 +134,13 @@ def append_to_class(node: cst.ClassDef, statements: Sequence[cst.BaseStatement])
 
 
 def assigns_self_attribute(node: cst.CSTNode, attribute: str) -> bool:
-    """Whether `self.<attribute> = ...` appears anywhere under `node`."""
+    """Whether `self.<attribute>` is assigned anywhere under `node` (also inside tuples)."""
+    targets: list[cst.CSTNode] = [t.target for a in _walk(node, cst.Assign) for t in a.targets]
+    targets += [a.target for a in _walk(node, cst.AnnAssign)]
     return any(
-        isinstance(t.target, cst.Attribute)
-        and isinstance(t.target.value, cst.Name)
-        and t.target.value.value == "self"
-        and t.target.attr.value == attribute
-        for assign in _walk(node, cst.Assign)
-        for t in assign.targets
+        isinstance(a.value, cst.Name) and a.value.value == "self" and a.attr.value == attribute
+        for target in targets
+        for a in _walk(target, cst.Attribute)
     )
 
 
