@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from collections.abc import Iterable
 from types import ModuleType
 
@@ -75,5 +76,5 @@ def validate(patch: Patch) -> None:
 
 
 def _module_doc(cls: type) -> bool:
-    module = importlib.import_module(cls.__module__)
-    return bool((module.__doc__ or "").strip())
+    module = sys.modules.get(cls.__module__)
+    return module is not None and bool((module.__doc__ or "").strip())

@@ -2,8 +2,8 @@
 
 Why: the torch symmetric-memory communicator looks its device's capability major up in this table,
 which knows only 9 (Hopper) and 10 (B200/GB200). Blackwell workstation parts (RTX PRO 6000,
-RTX 5090, GB10) report 12. Through 0.5.11 the lookup is a plain subscript and
-`--enable-torch-symm-mem` dies with `KeyError: 12`; from 0.5.12 it is a `.get()` and the
+RTX 5090, GB10) report 12. Through 0.5.13 the lookup is a plain subscript and
+`--enable-torch-symm-mem` dies with `KeyError: 12`; from 0.5.14 it is a `.get()` and the
 communicator silently stays disabled. Capability 12 gets the world sizes and buffer sizes of 10.
 
 Delete when: an SGLang release ships a row for 12 (none up to 0.5.23 does).

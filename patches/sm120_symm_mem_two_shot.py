@@ -5,7 +5,7 @@ in `_WORLD_SIZES_MULTIMEM`, which knows only 9 and 10, so on capability 12 the l
 `KeyError: 12`. Capability-12 parts have no NVSwitch multicast, so every world size takes the
 two-shot kernel: the row is `12: []`.
 
-Delete when: the oldest release in use is 0.5.12 or newer. 0.5.12 changed the lookup to
+Delete when: the oldest release in use is 0.5.14 or newer. 0.5.14 changed the lookup to
 `.get(capability, ())`, which sends unknown capabilities to two-shot; there this patch reports
 "already upstream" and leaves the file alone.
 """
@@ -56,7 +56,7 @@ class Sm120SymmMemTwoShot(Patch):
     id = "sm120-symm-mem-two-shot"
     description = "capability 12 takes the two-shot all-reduce kernel (no NVSwitch multicast)"
     tested = SpecifierSet(">=0.5.3,<=0.5.23")
-    fixed_upstream_in = Version("0.5.12")
+    fixed_upstream_in = Version("0.5.14")
 
     def target_file(self, release: Version) -> str | None:
         row = COMMUNICATOR.get(release)

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests import wheels
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No test touches the real home, the user's git config, or an installed sglang.
+
+    HOME and XDG_STATE_HOME point into a temporary folder (so the default ledger lands there),
+    git reads no global or system config, and `python3` on PATH is a stub that finds no sglang.
+    """
+    home = tmp_path_factory.mktemp("home")
+    bin_dir = tmp_path_factory.mktemp("bin")
+    stub = bin_dir / "python3"
+    stub.write_text("#!/bin/sh\necho\n")
+    stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    monkeypatch.delenv("SGLPATCH_LEDGER", raising=False)
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("NO_COLOR", "1")
+    return home
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def ledger_dir(isolated: Path) -> Path:
+    return isolated / "state" / "sglpatch"
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under `root` with its bytes (pycache excluded)."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+@pytest.fixture
+def site_059(tmp_path: Path) -> Iterator[Path]:
+    """A site-packages holding the real SGLang 0.5.9's patch targets."""
+    yield wheels.site_packages("0.5.9", tmp_path / "site-packages", wheels.patch_targets("0.5.9"))

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import pytest
+from packaging.version import Version
+
+from sglpatch import engine
+from sglpatch.patches.sm120_symm_mem_sizes import Sm120SymmMemSizes
+from sglpatch.results import Applied
+from tests import proofs, wheels
+
+SIZES = f"{wheels.COMMUNICATORS}/all_reduce_utils.py"
+COMMUNICATOR = f"{wheels.COMMUNICATORS}/torch_symm_mem.py"
+
+pytestmark = pytest.mark.wheel
+
+
+def test_capability_12_gets_the_sizes_of_10_and_nothing_else_changes() -> None:
+    source = wheels.member("0.5.9", SIZES)
+    change, outcomes = engine.transform_source(
+        source, SIZES, [Sm120SymmMemSizes()], Version("0.5.9")
+    )
+    assert isinstance(outcomes["sm120-symm-mem-sizes"], Applied) and change is not None
+    before = proofs.size_table(source, "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES")
+    after = proofs.size_table(change.after, "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES")
+    assert 12 not in before
+    assert after[12] == before[10] == {2: 64 * proofs.MiB, 4: 64 * proofs.MiB, 6: 128 * proofs.MiB, 8: 128 * proofs.MiB}
+    assert {k: v for k, v in after.items() if k != 12} == before
+
+
+def test_the_communicator_reads_the_new_row() -> None:
+    """Unpatched, capability 12 dies with KeyError; with the row it gets capability 10's sizes."""
+    communicator = wheels.member("0.5.9", COMMUNICATOR)
+    sizes = wheels.member("0.5.9", SIZES)
+    with pytest.raises(KeyError, match="12"):
+        proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 12, 8)
+    change, _ = engine.transform_source(sizes, SIZES, [Sm120SymmMemSizes()], Version("0.5.9"))
+    assert change is not None
+    # The size row alone gets past __init__; all_reduce still needs the two-shot patch.
+    with pytest.raises(KeyError, match="12"):
+        proofs.communicator_run(communicator, change.after, "TorchSymmMemCommunicator", 12, 8)

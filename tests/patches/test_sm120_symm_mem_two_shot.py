@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import pytest
+from packaging.version import Version
+
+from sglpatch import engine
+from sglpatch.patches.sm120_symm_mem_sizes import Sm120SymmMemSizes
+from sglpatch.patches.sm120_symm_mem_two_shot import Sm120SymmMemTwoShot
+from sglpatch.results import AlreadyApplied, Applied
+from tests import proofs, wheels
+
+SIZES = f"{wheels.COMMUNICATORS}/all_reduce_utils.py"
+COMMUNICATOR = f"{wheels.COMMUNICATORS}/torch_symm_mem.py"
+MiB = proofs.MiB
+
+pytestmark = pytest.mark.wheel
+
+
+def _patched(release: str) -> tuple[bytes, bytes]:
+    version = Version(release)
+    sizes, _ = engine.transform_source(
+        wheels.member(release, SIZES), SIZES, [Sm120SymmMemSizes()], version
+    )
+    communicator, outcomes = engine.transform_source(
+        wheels.member(release, COMMUNICATOR), COMMUNICATOR, [Sm120SymmMemTwoShot()], version
+    )
+    assert sizes is not None
+    if communicator is None:
+        assert isinstance(outcomes["sm120-symm-mem-two-shot"], AlreadyApplied)
+        return wheels.member(release, COMMUNICATOR), sizes.after
+    assert isinstance(outcomes["sm120-symm-mem-two-shot"], Applied)
+    return communicator.after, sizes.after
+
+
+@pytest.mark.parametrize("world_size", [2, 4, 6, 8])
+def test_capability_12_all_reduces_with_the_two_shot_kernel(world_size: int) -> None:
+    communicator, sizes = _patched("0.5.9")
+    run = proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 12, world_size)
+    assert run.enabled
+    assert run.max_size == (64 if world_size <= 4 else 128) * MiB
+    assert run.kernel == "two_shot"
+
+
+def test_other_capabilities_keep_their_kernels() -> None:
+    communicator, sizes = _patched("0.5.9")
+    assert proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 10, 8).kernel == "multimem"
+    assert proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 10, 4).kernel == "two_shot"
+    assert proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 9, 4).kernel == "multimem"
+
+
+def test_from_0_5_12_upstream_already_routes_unknown_capabilities_to_two_shot() -> None:
+    communicator, sizes = _patched("0.5.14")
+    assert communicator == wheels.member("0.5.14", COMMUNICATOR)  # untouched
+    run = proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 12, 8)
+    assert run.enabled and run.kernel == "two_shot"

@@ -1,0 +1,81 @@
+"""Real SGLang releases for the tests: wheels downloaded once into a cache, read with zipfile."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("SGLPATCH_WHEEL_CACHE", REPO / ".cache" / "wheels"))
+
+# Every published release from 0.5.3 to the newest the catalogue is tested on.
+RELEASES = [
+    "0.5.3", "0.5.3.post1", "0.5.3.post2", "0.5.3.post3",
+    "0.5.4", "0.5.4.post1", "0.5.4.post2", "0.5.4.post3",
+    "0.5.5", "0.5.5.post1", "0.5.5.post2", "0.5.5.post3",
+    "0.5.6", "0.5.6.post1", "0.5.6.post2",
+    "0.5.7", "0.5.8", "0.5.8.post1", "0.5.9", "0.5.10", "0.5.10.post1",
+    "0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14",
+    "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19",
+    "0.5.20", "0.5.21", "0.5.22", "0.5.23",
+]  # fmt: skip
+
+COMMUNICATORS = "sglang/srt/distributed/device_communicators"
+# What a target needs to be recognised and to have its release read.
+SKELETON = ("sglang/__init__.py", "sglang/version.py", "sglang/_version.py")
+
+
+@cache
+def wheel(release: str) -> Path:
+    """The wheel of `release`, downloaded with `pip download --no-deps` on first use."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    found = sorted(CACHE.glob(f"sglang-{release}-*.whl"))
+    if not found:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+             "--only-binary=:all:", "--dest", str(CACHE), f"sglang=={release}"],
+            check=True,
+        )  # fmt: skip
+        found = sorted(CACHE.glob(f"sglang-{release}-*.whl"))
+    assert found, f"pip download left no wheel for sglang {release} in {CACHE}"
+    return found[0]
+
+
+def member(release: str, name: str) -> bytes:
+    with zipfile.ZipFile(wheel(release)) as archive:
+        return archive.read(name)
+
+
+def members(release: str, prefix: str = "sglang/") -> list[str]:
+    with zipfile.ZipFile(wheel(release)) as archive:
+        return [n for n in archive.namelist() if n.startswith(prefix)]
+
+
+def site_packages(release: str, dest: Path, files: Iterable[str] = ()) -> Path:
+    """A site-packages folder holding the release's dist-info, skeleton and `files` (sglang/...)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel(release)) as archive:
+        names = set(archive.namelist())
+        wanted = [n for n in names if n.endswith(".dist-info/METADATA")]
+        wanted += [n for n in (*SKELETON, *files) if n in names]
+        for name in wanted:
+            archive.extract(name, dest)
+    (dest / "sglang" / "srt").mkdir(exist_ok=True)
+    return dest
+
+
+def patch_targets(release: str) -> list[str]:
+    """The wheel members any built-in patch may touch on `release`."""
+    candidates = [
+        f"{COMMUNICATORS}/all_reduce_utils.py",
+        f"{COMMUNICATORS}/symm_mem.py",
+        f"{COMMUNICATORS}/torch_symm_mem.py",
+        "sglang/srt/models/kimi_k25.py",
+    ]
+    present = set(members(release, "sglang/srt/"))
+    return [c for c in candidates if c in present]
