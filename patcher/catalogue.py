@@ -23,7 +23,9 @@ def patch_in(module: ModuleType) -> type[Patch]:
     found = [
         obj
         for obj in vars(module).values()
-        if isinstance(obj, type)
+        # Modules first: touching a lazily imported one (libcst) would load it.
+        if not isinstance(obj, ModuleType)
+        and isinstance(obj, type)
         and issubclass(obj, Patch)
         and obj.__module__ == module.__name__
         and not getattr(obj, "__abstractmethods__", None)

@@ -18,7 +18,6 @@ from sglpatch.results import AlreadyApplied, Failed, NotApplicable, Outcome
 
 app = typer.Typer(
     name="sglpatch",
-    help="Patch an installed SGLang for hardware and models its release does not support yet.",
     add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,

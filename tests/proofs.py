@@ -46,7 +46,9 @@ class _Envs:
 
 
 @contextmanager
-def _stand_ins(source: bytes, sizes: bytes, capability: int, world_size: int) -> Iterator[mock.MagicMock]:
+def _stand_ins(
+    source: bytes, sizes: bytes, capability: int, world_size: int
+) -> Iterator[mock.MagicMock]:
     """Fake every module the communicator imports; the size table is the real (patched) one."""
     torch = mock.MagicMock(name="torch")
     torch.cuda.get_device_capability.return_value = (capability, 0)

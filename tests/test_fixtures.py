@@ -44,7 +44,9 @@ def test_golden(before: Path) -> None:
         assert isinstance(outcome, Applied)
         assert change is not None and change.after == after.read_bytes()
         # after -> after: nothing changes, and it is recognised as ours when the ledger says so
-        again, second = engine.transform_source(after.read_bytes(), "f.py", [patch], release, [patch.id])
+        again, second = engine.transform_source(
+            after.read_bytes(), "f.py", [patch], release, [patch.id]
+        )
         assert again is None
         assert isinstance(second[patch.id], AlreadyApplied) and second[patch.id].by == "sglpatch"
     elif expect == "upstream":

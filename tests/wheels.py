@@ -46,25 +46,29 @@ def wheel(release: str) -> Path:
     return found[0]
 
 
+@cache
+def _archive(release: str) -> zipfile.ZipFile:
+    """Open once per run: reading a large wheel's directory costs more than its members."""
+    return zipfile.ZipFile(wheel(release))
+
+
 def member(release: str, name: str) -> bytes:
-    with zipfile.ZipFile(wheel(release)) as archive:
-        return archive.read(name)
+    return _archive(release).read(name)
 
 
 def members(release: str, prefix: str = "sglang/") -> list[str]:
-    with zipfile.ZipFile(wheel(release)) as archive:
-        return [n for n in archive.namelist() if n.startswith(prefix)]
+    return [n for n in _archive(release).namelist() if n.startswith(prefix)]
 
 
 def site_packages(release: str, dest: Path, files: Iterable[str] = ()) -> Path:
     """A site-packages folder holding the release's dist-info, skeleton and `files` (sglang/...)."""
     dest.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel(release)) as archive:
-        names = set(archive.namelist())
-        wanted = [n for n in names if n.endswith(".dist-info/METADATA")]
-        wanted += [n for n in (*SKELETON, *files) if n in names]
-        for name in wanted:
-            archive.extract(name, dest)
+    archive = _archive(release)
+    names = set(archive.namelist())
+    wanted = [n for n in names if n.endswith(".dist-info/METADATA")]
+    wanted += [n for n in (*SKELETON, *files) if n in names]
+    for name in wanted:
+        archive.extract(name, dest)
     (dest / "sglang" / "srt").mkdir(exist_ok=True)
     return dest
 

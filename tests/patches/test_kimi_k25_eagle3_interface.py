@@ -38,7 +38,9 @@ def test_the_added_methods_delegate_to_the_language_model() -> None:
 
 def test_0_5_10_has_it_upstream_and_it_behaves_the_same() -> None:
     source = wheels.member("0.5.10", KIMI)
-    change, outcomes = engine.transform_source(source, KIMI, [KimiK25Eagle3Interface()], Version("0.5.10"))
+    change, outcomes = engine.transform_source(
+        source, KIMI, [KimiK25Eagle3Interface()], Version("0.5.10")
+    )
     outcome = outcomes["kimi-k25-eagle3-interface"]
     assert change is None
     assert isinstance(outcome, AlreadyApplied) and outcome.by == "upstream"

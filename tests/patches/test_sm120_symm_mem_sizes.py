@@ -23,7 +23,11 @@ def test_capability_12_gets_the_sizes_of_10_and_nothing_else_changes() -> None:
     before = proofs.size_table(source, "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES")
     after = proofs.size_table(change.after, "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES")
     assert 12 not in before
-    assert after[12] == before[10] == {2: 64 * proofs.MiB, 4: 64 * proofs.MiB, 6: 128 * proofs.MiB, 8: 128 * proofs.MiB}
+    assert (
+        after[12]
+        == before[10]
+        == {2: 64 * proofs.MiB, 4: 64 * proofs.MiB, 6: 128 * proofs.MiB, 8: 128 * proofs.MiB}
+    )
     assert {k: v for k, v in after.items() if k != 12} == before
 
 

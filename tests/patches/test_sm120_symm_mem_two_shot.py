@@ -43,9 +43,18 @@ def test_capability_12_all_reduces_with_the_two_shot_kernel(world_size: int) -> 
 
 def test_other_capabilities_keep_their_kernels() -> None:
     communicator, sizes = _patched("0.5.9")
-    assert proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 10, 8).kernel == "multimem"
-    assert proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 10, 4).kernel == "two_shot"
-    assert proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 9, 4).kernel == "multimem"
+    assert (
+        proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 10, 8).kernel
+        == "multimem"
+    )
+    assert (
+        proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 10, 4).kernel
+        == "two_shot"
+    )
+    assert (
+        proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 9, 4).kernel
+        == "multimem"
+    )
 
 
 def test_from_0_5_12_upstream_already_routes_unknown_capabilities_to_two_shot() -> None:
