@@ -7,7 +7,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch import __version__, catalogue, diff, engine, fsio
+from sglpatch import __version__, catalogue, diff, engine, journal
 from sglpatch.errors import LedgerError, RefusedError
 from sglpatch.ledger import Entry, FileRecord, Ledger, Record, State, default_directory, sha256
 from sglpatch.patch import Patch
@@ -25,6 +25,7 @@ class ApplyReport:
     written: bool
     commit: str | None
     untested: tuple[str, ...]  # patches run outside their tested releases (--force)
+    finished: str | None = None  # an interrupted apply or revert that this run completed first
 
     @property
     def failures(self) -> list[Failed]:
@@ -39,6 +40,7 @@ class RevertReport:
     untouched: tuple[str, ...]  # already back to the original bytes (e.g. after a reinstall)
     saved_edits: tuple[str, ...]  # edited files whose bytes --force kept in the ledger
     commit: str | None
+    finished: str | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class StatusReport:
     target: Target
     ledger: Path
     patches: tuple[PatchStatus, ...]
+    interrupted: str | None = None  # an apply or revert killed half-way, finished by the next run
 
 
 @dataclass(frozen=True)
@@ -88,35 +91,55 @@ def apply(
             "--force runs the codemods anyway"
         )
     record = Ledger(ledger_dir or default_directory()).record(target)
-
-    def run() -> ApplyReport:
-        state = record.state()
-        ours = state.patches if state.release == str(release) else []
-        plan = engine.plan(target, patches, release, ours)
-        text = "".join(diff.unified(c.path, c.before, c.after) for c in plan.changes)
-        changed = tuple(c.path for c in plan.changes)
-        report = ApplyReport(
-            target, record.directory, plan.outcomes, text, changed, False, None, untested
+    if dry_run:
+        return _plan_apply(record, target, release, patches, untested, write=False, finished=None)
+    with record.locked():
+        finished = journal.finish_interrupted(record, target)
+        return _plan_apply(
+            record, target, release, patches, untested, write=True, finished=finished
         )
-        if plan.failures or dry_run or not plan.changes:
-            return report
-        commit = record.commit(
-            _message("apply", target, release, [p for c in plan.changes for p in c.patch_ids]),
+
+
+def _plan_apply(
+    record: Record,
+    target: Target,
+    release: Version,
+    patches: list[Patch],
+    untested: tuple[str, ...],
+    *,
+    write: bool,
+    finished: journal.Change | None,
+) -> ApplyReport:
+    state = record.state()
+    ours = state.patches if state.release == str(release) else []
+    plan = engine.plan(target, patches, release, ours)
+    text = "".join(diff.unified(c.path, c.before, c.after) for c in plan.changes)
+    changed = tuple(c.path for c in plan.changes)
+    commit = None
+    if write and plan.changes and not plan.failures:
+        patch_ids = [p for c in plan.changes for p in c.patch_ids]
+        change = journal.Change(
+            "apply",
+            _message("apply", target, release, patch_ids),
             _applied_state(state, release, plan.outcomes, plan.changes),
             {
                 **{f"original/{c.path}": c.before for c in plan.changes},
                 **{f"patched/{c.path}": c.after for c in plan.changes},
             },
+            tuple(journal.Write(c.path, sha256(c.before), c.after) for c in plan.changes),
         )
-        fsio.replace_files([(target.root / c.path, c.after) for c in plan.changes])
-        return ApplyReport(
-            target, record.directory, plan.outcomes, text, changed, True, commit, untested
-        )
-
-    if dry_run:
-        return run()
-    with record.locked():
-        return run()
+        commit = journal.carry_out(record, target, change)
+    return ApplyReport(
+        target,
+        record.directory,
+        plan.outcomes,
+        text,
+        changed,
+        commit is not None,
+        commit,
+        untested,
+        finished.action if finished else None,
+    )
 
 
 def _applied_state(
@@ -155,10 +178,12 @@ def revert(
     target = find_target(target_path, None, required=False)
     record = Ledger(ledger_dir or default_directory()).record(target)
     with record.locked():
+        finished = journal.finish_interrupted(record, target)
+        done = finished.action if finished else None
         state = record.state()
         if not state.files:
-            return RevertReport(target, record.directory, (), (), (), None)
-        restore: list[tuple[str, bytes]] = []
+            return RevertReport(target, record.directory, (), (), (), None, done)
+        writes: list[journal.Write] = []
         untouched: list[str] = []
         edited: dict[str, bytes] = {}
         for path, file in sorted(state.files.items()):
@@ -168,36 +193,33 @@ def revert(
                 raise LedgerError(
                     f"the recorded original of {path} is damaged", str(record.directory)
                 )
-            if current is not None and sha256(current) == file.original:
+            digest = sha256(current) if current is not None else None
+            if digest == file.original:
                 untouched.append(path)
                 continue
-            if current is None or sha256(current) != file.patched:
-                if current is not None:
-                    edited[path] = current
-                elif not force:
-                    raise RefusedError(f"{path} is missing; revert --force recreates it")
-            restore.append((path, original))
+            if current is None and not force:
+                raise RefusedError(f"{path} is missing; revert --force recreates it")
+            if current is not None and digest != file.patched:
+                edited[path] = current
+            writes.append(journal.Write(path, digest, original))
         if edited and not force:
             raise RefusedError(_edited_message(target, state, sorted(edited)))
-        if edited:
-            record.commit(
-                _message("keep edits", target, target.release, sorted(edited)),
-                state,
-                {f"edited/{path}": data for path, data in edited.items()},
-            )
-        fsio.replace_files([(target.root / path, data) for path, data in restore])
-        commit = record.commit(
+        change = journal.Change(
+            "revert",
             _message("revert", target, target.release, state.patches),
             State(state.release),
-            {},
+            {f"edited/{path}": data for path, data in edited.items()},
+            tuple(writes),
         )
+        commit = journal.carry_out(record, target, change)
         return RevertReport(
             target,
             record.directory,
-            tuple(p for p, _ in restore),
+            tuple(w.path for w in writes),
             tuple(untouched),
             tuple(sorted(edited)),
             commit,
+            done,
         )
 
 
@@ -223,7 +245,7 @@ def status(target_path: Path | None, ledger_dir: Path | None = None) -> StatusRe
     record = Ledger(ledger_dir or default_directory()).record(target)
     state = record.state()
     rows = tuple(_status_of(p, target, state) for p in catalogue.load())
-    return StatusReport(target, record.directory, rows)
+    return StatusReport(target, record.directory, rows, journal.pending(record))
 
 
 def _status_of(patch: Patch, target: Target, state: State) -> PatchStatus:

@@ -195,6 +195,8 @@ def apply(
     """Apply the patches tested for the target's release, all or nothing."""
     report = api.apply(target, version, ledger, dry_run=dry_run, force=force)
     err = dry_run  # a dry run's stdout is the diff alone, so it can be saved as a patch file
+    if report.finished:
+        typer.echo(f"Finished an interrupted {report.finished} first.", err=True)
     where = f"SGLang {report.target.release} at {report.target.root} ({report.target.layout.value})"
     typer.echo(where, err=err)
     if report.untested:
@@ -234,6 +236,8 @@ def revert(
 ) -> None:
     """Restore every file sglpatch changed to its recorded original bytes."""
     report = api.revert(target, ledger, force=force)
+    if report.finished:
+        typer.echo(f"Finished an interrupted {report.finished} first.", err=True)
     if not report.restored and not report.untouched:
         typer.echo(f"Nothing to revert at {report.target.root}.")
         return
@@ -256,6 +260,10 @@ def status(target: TargetOption = None, ledger: LedgerOption = None) -> None:
     typer.echo(f"target:  {t.root} ({t.layout.value})")
     typer.echo(f"release: {t.release or 'unknown'}{source}")
     typer.echo(f"ledger:  {report.ledger}")
+    if report.interrupted:
+        typer.echo(
+            f"pending: an interrupted {report.interrupted}; the next apply or revert finishes it"
+        )
     for row in report.patches:
         detail = " - ".join(x for x in (row.file, row.note) if x)
         _row(row.state, row.id, detail)

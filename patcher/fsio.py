@@ -10,50 +10,69 @@ from pathlib import Path
 
 from sglpatch.errors import TargetError
 
-# Tests set this to fail at a chosen step ("stage", "replace") and prove nothing is half-done.
+STAGE_SUFFIX = ".sglpatch"
+
+# Tests set this to fail (or kill the process) at a named step: "stage", "replace",
+# "ledger-commit", "journal". Production code never sets it.
 fault_hook: Callable[[str, Path], None] | None = None
 
 
-def _fault(step: str, path: Path) -> None:
+def fault_point(step: str, path: Path) -> None:
     if fault_hook is not None:
         fault_hook(step, path)
 
 
-def replace_files(writes: Sequence[tuple[Path, bytes]]) -> None:
-    """Write every file or none.
+class Staged:
+    """New contents written beside their files, ready to be renamed over them."""
 
-    First every new content is staged beside its file (same directory, same mode, fsynced), so a
-    full disk or a read-only folder fails before any file changes. Then each stage is renamed
-    over its file, which is atomic, and stale bytecode is dropped.
+    def __init__(self, pairs: list[tuple[Path, Path]]) -> None:
+        self._pairs = pairs  # (staged copy, destination)
+
+    def replace(self) -> None:
+        """Rename every staged copy over its file: each rename is atomic."""
+        for index, (temp, path) in enumerate(self._pairs):
+            try:
+                fault_point("replace", path)
+                temp.replace(path)
+            except BaseException:
+                Staged(self._pairs[index:]).discard()
+                raise
+            _fsync_dir(path.parent)
+            drop_bytecode(path)
+
+    def discard(self) -> None:
+        for temp, _ in self._pairs:
+            temp.unlink(missing_ok=True)
+
+
+def stage(writes: Sequence[tuple[Path, bytes]]) -> Staged:
+    """Write every new content beside its file (same mode and owner, fsynced), or none.
+
+    A full disk or a read-only folder fails here, before any file changes.
     """
-    staged: list[tuple[Path, Path]] = []
+    pairs: list[tuple[Path, Path]] = []
     try:
         for path, data in writes:
-            _fault("stage", path)
             try:
-                staged.append((_stage(path, data), path))
+                fault_point("stage", path)
+                pairs.append((_stage(path, data), path))
             except OSError as error:
                 raise TargetError(f"cannot write: {error.strerror}", str(path)) from None
     except BaseException:
-        for temp, _ in staged:
-            temp.unlink(missing_ok=True)
+        Staged(pairs).discard()
         raise
-    for index, (temp, path) in enumerate(staged):
-        try:
-            _fault("replace", path)
-            temp.replace(path)
-        except BaseException:
-            for later, _ in staged[index:]:
-                later.unlink(missing_ok=True)
-            raise
-        _fsync_dir(path.parent)
-        drop_bytecode(path)
+    return Staged(pairs)
+
+
+def replace_files(writes: Sequence[tuple[Path, bytes]]) -> None:
+    """Write every file or none (for a crash in the middle, see the journal)."""
+    stage(writes).replace()
 
 
 def _stage(path: Path, data: bytes) -> Path:
     """A fsynced copy of `data` beside `path`, with its mode and owner; raises OSError."""
     mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".sglpatch", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=STAGE_SUFFIX, dir=path.parent)
     temp = Path(name)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -69,6 +88,12 @@ def _stage(path: Path, data: bytes) -> Path:
         temp.unlink(missing_ok=True)
         raise
     return temp
+
+
+def sweep_stages(path: Path) -> None:
+    """Remove staged copies of `path` that a killed run left behind."""
+    for leftover in path.parent.glob(f".{path.name}.*{STAGE_SUFFIX}"):
+        leftover.unlink(missing_ok=True)
 
 
 def _fsync_dir(directory: Path) -> None:

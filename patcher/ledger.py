@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sglpatch.errors import LedgerError, LockedError, RefusedError
-from sglpatch.fsio import write_atomic
+from sglpatch.fsio import fault_point, write_atomic
 from sglpatch.target import Target
 
 README = """\
@@ -137,35 +137,51 @@ class Record:
 
     @contextmanager
     def locked(self, timeout: float | None = None) -> Iterator[None]:
-        """Hold this target's lock; wait up to `timeout` seconds (SGLPATCH_LOCK_TIMEOUT, 10)."""
+        """Hold this target's locks; wait up to `timeout` seconds (SGLPATCH_LOCK_TIMEOUT, 10).
+
+        Two locks: the ledger's lock file for this target, and the target's own package folder
+        (flock on the directory), so runs with different ledgers still exclude each other.
+        """
         if timeout is None:
             timeout = float(os.environ.get("SGLPATCH_LOCK_TIMEOUT", "10"))
         path = self.ledger.directory / "locks" / f"{self.key}.lock"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            handle = path.open("a+")
+            ledger_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as error:
             raise LedgerError(f"cannot create a lock: {error.strerror}", str(path.parent)) from None
-        with handle:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise LockedError(
-                            f"another sglpatch is working on {self.target.root} "
-                            f"(waited {timeout:g}s for {path}); try again when it is done"
-                        ) from None
-                    time.sleep(0.05)
+        try:
+            target_fd = os.open(self.target.package_dir, os.O_RDONLY)
+        except OSError:
+            os.close(ledger_fd)
+            raise
+        deadline = time.monotonic() + timeout
+        try:
+            for fd in (target_fd, ledger_fd):
+                self._acquire(fd, deadline, timeout)
+            yield
+        finally:
+            os.close(target_fd)  # closing releases the locks
+            os.close(ledger_fd)
+
+    def _acquire(self, fd: int, deadline: float, timeout: float) -> None:
+        while True:
             try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockedError(
+                        f"another sglpatch is working on {self.target.root} "
+                        f"(waited {timeout:g}s); try again when it is done"
+                    ) from None
+                time.sleep(0.05)
 
     def commit(self, message: str, state: State, files: Mapping[str, bytes]) -> str:
-        """Write `files` (paths under files/) and the state, then commit them all at once."""
+        """Write `files` (paths under files/) and the state, then commit them all at once.
+
+        Committing what HEAD already holds makes no new commit, so a replayed journal is safe.
+        """
         import git  # heavy: only writes and history need it
 
         try:
@@ -177,16 +193,26 @@ class Record:
                 written.append(str(path.relative_to(self.directory)))
             write_atomic(self.directory / "state.json", state.to_json())
             repo.index.add([*written, "state.json"])
+            if repo.head.is_valid():
+                self._check_objects(repo)
+                if not repo.index.diff(repo.head.commit):
+                    return str(repo.head.commit.hexsha)
+            fault_point("ledger-commit", self.directory)
             actor = git.Actor(*AUTHOR)
             commit = repo.index.commit(message, author=actor, committer=actor)
             return str(commit.hexsha)
         except (git.exc.GitError, OSError, ValueError) as error:
             raise LedgerError(f"cannot record the change ({error})", str(self.directory)) from None
 
+    def _check_objects(self, repo: Any) -> None:
+        """Read every tree of HEAD: a ledger with missing objects must not take new records."""
+        for _ in repo.head.commit.tree.traverse():
+            pass
+
     def history(self) -> list[Entry]:
         import git
 
-        if not (self.directory / ".git").exists():
+        if not self.directory.exists():
             return []
         try:
             repo = self._repo(create=False)

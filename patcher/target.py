@@ -145,11 +145,10 @@ def _importable_sglang() -> Path | None:
 def detect_release(root: Path, layout: Layout) -> tuple[Version | None, str | None]:
     """The release from dist-info, `_version.py`, a `version.py` literal or the checkout's tag."""
     package = root / "python" / "sglang" if layout is Layout.CHECKOUT else root / "sglang"
-    found = (
-        _from_dist_info(package.parent)
-        or _from_assignment(package / "_version.py")
-        or _from_assignment(package / "version.py")
+    in_package = _from_assignment(package / "_version.py") or _from_assignment(
+        package / "version.py"
     )
+    found = _from_dist_info(package.parent, in_package[0] if in_package else None) or in_package
     if found is not None:
         return found
     if layout is Layout.CHECKOUT:
@@ -161,19 +160,25 @@ _NAME_RE = re.compile(r"^Name:\s*sglang\s*$", re.IGNORECASE | re.MULTILINE)
 _VERSION_RE = re.compile(r"^Version:\s*(\S+)\s*$", re.MULTILINE)
 
 
-def _from_dist_info(site: Path) -> tuple[Version, str] | None:
-    for info in sorted(site.glob("sglang-*.dist-info")):
+def _from_dist_info(site: Path, in_package: Version | None) -> tuple[Version, str] | None:
+    """The installed distribution's version.
+
+    An interrupted upgrade or `pip install --target` can leave two dist-info folders; prefer the
+    one that agrees with the package's own version file, else the newest.
+    """
+    found: list[tuple[Version, str]] = []
+    for info in site.glob("sglang-*.dist-info"):
         metadata = info / "METADATA"
         try:
             head = metadata.read_text(encoding="utf-8", errors="replace")[:4096]
         except OSError:
             continue
         match = _VERSION_RE.search(head)
-        if _NAME_RE.search(head) and match:
-            version = _version_or_none(match.group(1))
-            if version is not None:
-                return version, str(metadata)
-    return None
+        version = _version_or_none(match.group(1)) if match and _NAME_RE.search(head) else None
+        if version is not None:
+            found.append((version, str(metadata)))
+    agreeing = [f for f in found if f[0] == in_package]
+    return (agreeing or sorted(found))[-1] if found else None
 
 
 def _from_assignment(path: Path) -> tuple[Version, str] | None:

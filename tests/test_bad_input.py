@@ -1,0 +1,138 @@
+"""Bad input: a one-line message, a documented exit code, and the target untouched."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sglpatch import api, fsio
+from sglpatch.cli import app
+from sglpatch.errors import ExitCode
+from tests import proofs, wheels
+from tests.conftest import snapshot
+
+pytestmark = pytest.mark.wheel
+
+SIZES = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
+KIMI = "sglang/srt/models/kimi_k25.py"
+
+
+def fails(runner: CliRunner, site: Path, code: int, words: list[str], *args: str) -> None:
+    before = snapshot(site)
+    result = runner.invoke(app, [*(args or ("apply",)), "--target", str(site)])
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    error = result.stderr.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith("sglpatch: error: "), result.stderr
+    assert all(w in error[0] for w in words), error[0]
+    assert "Traceback" not in result.stderr
+    assert snapshot(site) == before
+
+
+def test_a_file_that_is_not_utf8(runner: CliRunner, site_059: Path) -> None:
+    kimi = site_059 / KIMI
+    kimi.write_bytes(
+        kimi.read_bytes().replace(b"# Load language model weights", b"# Gewichte \xfc")
+    )
+    fails(runner, site_059, ExitCode.TARGET, [KIMI, "not UTF-8"])
+
+
+def test_crlf_files_are_patched_in_their_own_line_endings(
+    runner: CliRunner, site_059: Path
+) -> None:
+    for member in wheels.patch_targets("0.5.9"):
+        path = site_059 / member
+        path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    pristine = snapshot(site_059)
+    assert runner.invoke(app, ["apply", "--target", str(site_059)]).exit_code == 0
+    for member in wheels.patch_targets("0.5.9"):
+        data = (site_059 / member).read_bytes()
+        assert data != pristine[member] and data.count(b"\n") == data.count(b"\r\n")
+    table = proofs.size_table(
+        (site_059 / SIZES).read_bytes(), "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES"
+    )
+    assert table[12] == table[10]
+    assert runner.invoke(app, ["revert", "--target", str(site_059)]).exit_code == 0
+    assert snapshot(site_059) == pristine
+
+
+def test_a_symlinked_file_is_refused(runner: CliRunner, site_059: Path, tmp_path: Path) -> None:
+    real = tmp_path / "elsewhere.py"
+    shutil.move(site_059 / SIZES, real)
+    (site_059 / SIZES).symlink_to(real)
+    fails(runner, site_059, ExitCode.TARGET, [SIZES, "symbolic link"])
+
+
+def test_a_corrupt_state_file(runner: CliRunner, site_059: Path) -> None:
+    report = api.apply(site_059, None)
+    (report.ledger / "state.json").write_text("{not json")
+    fails(runner, site_059, ExitCode.LEDGER, ["state.json is unreadable"])
+    fails(runner, site_059, ExitCode.LEDGER, ["state.json is unreadable"], "revert")
+    fails(runner, site_059, ExitCode.LEDGER, ["state.json is unreadable"], "status")
+
+
+def test_a_ledger_missing_objects(runner: CliRunner, site_059: Path) -> None:
+    report = api.apply(site_059, None)
+    objects = report.ledger / ".git" / "objects"
+    for folder in objects.iterdir():
+        if len(folder.name) == 2:
+            shutil.rmtree(folder)
+    fails(runner, site_059, ExitCode.LEDGER, ["cannot record the change"], "revert")
+    assert not list(site_059.rglob("*.sglpatch"))
+
+
+def test_a_ledger_that_is_not_a_git_repository(runner: CliRunner, site_059: Path) -> None:
+    report = api.apply(site_059, None)
+    api.revert(site_059)
+    shutil.rmtree(report.ledger / ".git")
+    fails(runner, site_059, ExitCode.LEDGER, ["not a git repository"])
+    fails(runner, site_059, ExitCode.LEDGER, ["not a git repository"], "log")
+
+
+def test_a_ledger_path_that_is_a_file(runner: CliRunner, site_059: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "ledger"
+    blocker.write_text("")
+    fails(runner, site_059, ExitCode.LEDGER, ["cannot"], "apply", "--ledger", str(blocker))
+
+
+def test_no_git_identity_anywhere(site_059: Path, tmp_path: Path) -> None:
+    """No user.name, no EMAIL, no global or system config: the ledger still commits."""
+    home = tmp_path / "bare-home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "EMAIL"))}
+    env.update(HOME=str(home), XDG_STATE_HOME=str(home / "state"), GIT_CONFIG_NOSYSTEM="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "sglpatch", "apply", "--target", str(site_059)],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    ledger = next((home / "state" / "sglpatch" / "targets").iterdir())
+    author = subprocess.run(
+        ["git", "-C", str(ledger), "log", "-1", "--format=%an <%ae>"],
+        capture_output=True, text=True, env=env, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert author == "sglpatch <sglpatch@localhost>"
+
+
+def test_a_read_only_target(
+    runner: CliRunner, site_059: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second file cannot be written: nothing changes, nothing is recorded."""
+    seen: list[Path] = []
+
+    def read_only(step: str, path: Path) -> None:
+        if step == "stage":
+            seen.append(path)
+            if len(seen) == 2:
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(fsio, "fault_hook", read_only)
+    fails(runner, site_059, ExitCode.TARGET, ["Read-only file system", "cannot write"])
+    assert not list(site_059.rglob("*.sglpatch"))
+    assert api.log(site_059)[1] == []

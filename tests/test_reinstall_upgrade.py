@@ -1,0 +1,94 @@
+"""pip puts files back behind the ledger's back: reinstalls and upgrades, with the real pip."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sglpatch import api
+from sglpatch.cli import app
+from sglpatch.errors import ExitCode
+from tests import wheels
+from tests.conftest import snapshot
+
+pytestmark = pytest.mark.wheel
+
+SIZES = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
+
+
+def pip_install(release: str, site: Path, *flags: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+         "--disable-pip-version-check", "--upgrade", *flags, "--target", str(site),
+         str(wheels.wheel(release))],
+        check=True,
+    )  # fmt: skip
+
+
+def targets_of(site: Path, release: str) -> dict[str, bytes]:
+    return {m: (site / m).read_bytes() for m in wheels.patch_targets(release)}
+
+
+def test_force_reinstall_then_status_apply_revert(runner: CliRunner, tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    pip_install("0.5.9", site)
+    pristine = targets_of(site, "0.5.9")
+    assert runner.invoke(app, ["apply", "--target", str(site)]).exit_code == 0
+    patched = targets_of(site, "0.5.9")
+
+    pip_install("0.5.9", site, "--force-reinstall")
+    assert targets_of(site, "0.5.9") == pristine
+    status = runner.invoke(app, ["status", "--target", str(site)]).stdout
+    assert status.count("not applied") == 3 and "original bytes are back" in status
+
+    result = runner.invoke(app, ["revert", "--target", str(site)])  # nothing to undo, no failure
+    assert result.exit_code == 0 and result.stdout.count("already had its original bytes") == 3
+    assert targets_of(site, "0.5.9") == pristine
+
+    pip_install("0.5.9", site, "--force-reinstall")
+    assert runner.invoke(app, ["apply", "--target", str(site)]).exit_code == 0
+    assert targets_of(site, "0.5.9") == patched
+    pip_install("0.5.9", site, "--force-reinstall")
+    result = runner.invoke(app, ["apply", "--target", str(site)])
+    assert result.exit_code == 0 and "Patched 3 file(s)" in result.stdout
+    assert targets_of(site, "0.5.9") == patched
+    assert runner.invoke(app, ["revert", "--target", str(site)]).exit_code == 0
+    assert targets_of(site, "0.5.9") == pristine
+
+
+def test_upgrade_never_writes_old_originals_over_the_new_release(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    site = tmp_path / "site"
+    pip_install("0.5.9", site)
+    assert runner.invoke(app, ["apply", "--target", str(site)]).exit_code == 0
+
+    pip_install("0.5.10", site)
+    upgraded = snapshot(site / "sglang")
+    status = runner.invoke(app, ["status", "--target", str(site)]).stdout
+    assert "release: 0.5.10" in status and "applied to 0.5.9; the target is now 0.5.10" in status
+
+    result = runner.invoke(app, ["revert", "--target", str(site)])
+    assert result.exit_code == ExitCode.REFUSED
+    assert "0.5.10" in result.stderr and "0.5.9" in result.stderr and "--force" in result.stderr
+    assert snapshot(site / "sglang") == upgraded
+
+    report = api.apply(site, None)
+    assert {o.patch_id: o.state for o in report.outcomes} == {
+        "sm120-symm-mem-sizes": "applied",
+        "sm120-symm-mem-two-shot": "applied",
+        "kimi-k25-eagle3-interface": "already upstream",
+    }
+
+    assert runner.invoke(app, ["revert", "--target", str(site)]).exit_code == 0
+    assert snapshot(site / "sglang") == upgraded
+    for member in wheels.patch_targets("0.5.10"):
+        assert (site / member).read_bytes() == wheels.member("0.5.10", member)
+
+    log = runner.invoke(app, ["log", "--target", str(site)]).stdout.splitlines()
+    assert [line.split()[2] for line in log] == ["revert:", "apply:", "apply:"]
+    assert "(SGLang 0.5.10)" in log[1] and "(SGLang 0.5.9)" in log[2]
