@@ -64,12 +64,7 @@ class Sm120SymmMemSizes(Patch):
         return cst_tools.replace(module, table, cst_tools.with_row_after(table, MODEL, row))
 
     def postcondition(self, module: cst.Module, release: Version) -> None:
-        table = self._table(module, release)
-        new, model = cst_tools.dict_row(table, NEW), cst_tools.dict_row(table, MODEL)
-        if new is None or not isinstance(new.value, cst.Dict):
+        # Upstream may one day choose its own sizes for 12; any row ends the KeyError.
+        row = cst_tools.dict_row(self._table(module, release), NEW)
+        if row is None or not isinstance(row.value, cst.Dict):
             raise PostconditionFailed(f"no size row for capability {NEW}")
-        world_sizes = {cst_tools.int_key(e) for e in new.value.elements}
-        if model is not None and isinstance(model.value, cst.Dict):
-            missing = {cst_tools.int_key(e) for e in model.value.elements} - world_sizes
-            if missing:
-                raise PostconditionFailed(f"capability {NEW} lacks world sizes {missing}")
