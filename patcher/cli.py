@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, TypeVar
@@ -76,6 +75,8 @@ def _error(message: str) -> None:
 
 
 def _write_crash_log() -> str:
+    import traceback
+
     from sglpatch.ledger import default_directory
 
     for folder in (default_directory(), Path(os.environ.get("TMPDIR", "/tmp"))):

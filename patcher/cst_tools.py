@@ -5,11 +5,15 @@ Each finder raises `AnchorMissing` instead of guessing when the code is not in t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
+from typing import TypeVar
 
 import libcst as cst
 
 from sglpatch.patch import AnchorMissing
+
+T = TypeVar("T", bound=cst.CSTNode)
 
 
 def find_class(module: cst.Module, name: str) -> cst.ClassDef:
@@ -115,9 +119,43 @@ def _with_first_line(comma: cst.Comma, line: cst.TrailingWhitespace) -> cst.Comm
 
 
 def replace(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Module:
-    result = module.deep_replace(old, new)
-    assert isinstance(result, cst.Module)
-    return result
+    """`module` with the node `old` (by identity) swapped for `new`.
+
+    Only the nodes on the path from the module down to `old` are rebuilt, which is much cheaper
+    than `deep_replace` visiting the whole tree.
+    """
+    path = _path_to(module, old)
+    if path is None:
+        raise AnchorMissing("the node to replace is not in the module")
+    replacement: cst.CSTNode = new
+    for parent, field, index in reversed(path):
+        value = getattr(parent, field)
+        if index is not None:
+            value = type(value)((*value[:index], replacement, *value[index + 1 :]))
+        else:
+            value = replacement
+        replacement = parent.with_changes(**{field: value})
+    assert isinstance(replacement, cst.Module)
+    return replacement
+
+
+Step = tuple[cst.CSTNode, str, "int | None"]
+
+
+def _path_to(root: cst.CSTNode, target: cst.CSTNode) -> list[Step] | None:
+    stack: list[tuple[cst.CSTNode, list[Step]]] = [(root, [])]
+    while stack:
+        node, path = stack.pop()
+        if node is target:
+            return path
+        for field, value in _fields(node):
+            if isinstance(value, cst.CSTNode):
+                stack.append((value, [*path, (node, field, None)]))
+            elif isinstance(value, (list, tuple)):
+                for index, item in enumerate(value):
+                    if isinstance(item, cst.CSTNode):
+                        stack.append((item, [*path, (node, field, index)]))
+    return None
 
 
 def method_names(node: cst.ClassDef) -> set[str]:
@@ -134,14 +172,45 @@ def append_to_class(node: cst.ClassDef, statements: Sequence[cst.BaseStatement])
 
 
 def assigns_self_attribute(node: cst.CSTNode, attribute: str) -> bool:
-    """Whether `self.<attribute>` is assigned anywhere under `node` (also inside tuples)."""
-    targets: list[cst.CSTNode] = [t.target for a in _walk(node, cst.Assign) for t in a.targets]
-    targets += [a.target for a in _walk(node, cst.AnnAssign)]
+    """Whether a statement under `node` assigns `self.<attribute>` (also inside a tuple)."""
+    targets: list[cst.CSTNode] = []
+    for line in _simple_statements(node):
+        for small in line.body:
+            if isinstance(small, cst.Assign):
+                targets.extend(t.target for t in small.targets)
+            elif isinstance(small, cst.AnnAssign):
+                targets.append(small.target)
     return any(
         isinstance(a.value, cst.Name) and a.value.value == "self" and a.attr.value == attribute
         for target in targets
         for a in _walk(target, cst.Attribute)
     )
+
+
+_HANDLERS = (cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase)
+
+
+def _simple_statements(
+    node: cst.CSTNode,
+) -> Iterator[cst.SimpleStatementLine | cst.SimpleStatementSuite]:
+    """Simple statements at any depth of blocks, without descending into expressions."""
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            yield current
+        elif isinstance(current, (cst.BaseCompoundStatement, cst.BaseSuite)):
+            for _, value in _fields(current):
+                if isinstance(value, (cst.BaseSuite, cst.BaseStatement, cst.BaseCompoundStatement)):
+                    stack.append(value)
+                elif isinstance(value, (cst.Else, cst.Finally)):
+                    stack.append(value.body)
+                elif isinstance(value, (list, tuple)):
+                    for item in value:
+                        if isinstance(item, cst.BaseStatement):
+                            stack.append(item)
+                        elif isinstance(item, _HANDLERS):
+                            stack.append(item.body)
 
 
 def method_calls_on(node: cst.CSTNode, owner: str, method: str) -> list[cst.Call]:
@@ -156,13 +225,33 @@ def method_calls_on(node: cst.CSTNode, owner: str, method: str) -> list[cst.Call
     ]
 
 
-def _walk(node: cst.CSTNode, kind: type[cst.CSTNodeT]) -> Iterator[cst.CSTNodeT]:
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(node: cst.CSTNode) -> Iterator[tuple[str, object]]:
+    names = _FIELD_NAMES.get(type(node))
+    if names is None:  # nodes use __slots__, so vars() does not work; fields() is slow: cache
+        names = _FIELD_NAMES[type(node)] = tuple(f.name for f in dataclasses.fields(node))
+    for name in names:
+        yield name, getattr(node, name)
+
+
+def _walk(node: cst.CSTNode, kind: type[T] | tuple[type[T], ...]) -> Iterator[T]:
+    """Every node of type `kind` under `node`.
+
+    Reads the dataclass fields directly: `CSTNode.children` runs a visitor per node and made
+    a walk over a large class cost a quarter of a second.
+    """
     stack: list[cst.CSTNode] = [node]
     while stack:
         current = stack.pop()
         if isinstance(current, kind):
             yield current
-        stack.extend(current.children)
+        for _, value in _fields(current):
+            if isinstance(value, cst.CSTNode):
+                stack.append(value)
+            elif isinstance(value, (list, tuple)):
+                stack.extend(item for item in value if isinstance(item, cst.CSTNode))
 
 
 def statement(code: str, module: cst.Module) -> cst.BaseStatement:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -71,6 +70,8 @@ def replace_files(writes: Sequence[tuple[Path, bytes]]) -> None:
 
 def _stage(path: Path, data: bytes) -> Path:
     """A fsynced copy of `data` beside `path`, with its mode and owner; raises OSError."""
+    import tempfile  # it imports shutil, random...: only runs that write pay for them
+
     mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=STAGE_SUFFIX, dir=path.parent)
     temp = Path(name)

@@ -10,7 +10,6 @@ Reads (`state`, `original`) are plain file reads; only writes and `history` load
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -43,6 +42,8 @@ AUTHOR = ("sglpatch", "sglpatch@localhost")
 
 
 def sha256(data: bytes) -> str:
+    import hashlib  # OpenSSL's loader costs a dry run more than it hashes
+
     return hashlib.sha256(data).hexdigest()
 
 
@@ -101,7 +102,7 @@ class Ledger:
                 f"the ledger {self.directory} is inside the target {root}; choose another --ledger"
             )
         slug = re.sub(r"[^A-Za-z0-9._-]+", "-", str(root)).strip("-")[-60:]
-        key = f"{slug}-{hashlib.sha256(str(root).encode()).hexdigest()[:12]}"
+        key = f"{slug}-{sha256(str(root).encode())[:12]}"
         return Record(self, key, target)
 
 
@@ -193,20 +194,27 @@ class Record:
                 written.append(str(path.relative_to(self.directory)))
             write_atomic(self.directory / "state.json", state.to_json())
             repo.index.add([*written, "state.json"])
+            tree = repo.index.write_tree()
+            parents = []
             if repo.head.is_valid():
-                self._check_objects(repo)
-                if not repo.index.diff(repo.head.commit):
-                    return str(repo.head.commit.hexsha)
+                head = repo.head.commit
+                self._check_objects(head)
+                if head.tree.binsha == tree.binsha:
+                    return str(head.hexsha)
+                parents.append(head)
             fault_point("ledger-commit", self.directory)
             actor = git.Actor(*AUTHOR)
-            commit = repo.index.commit(message, author=actor, committer=actor)
+            commit = git.Commit.create_from_tree(
+                repo, tree, message, parents, head=True, author=actor, committer=actor
+            )
             return str(commit.hexsha)
         except (git.exc.GitError, OSError, ValueError) as error:
             raise LedgerError(f"cannot record the change ({error})", str(self.directory)) from None
 
-    def _check_objects(self, repo: Any) -> None:
+    @staticmethod
+    def _check_objects(head: Any) -> None:
         """Read every tree of HEAD: a ledger with missing objects must not take new records."""
-        for _ in repo.head.commit.tree.traverse():
+        for _ in head.tree.traverse():
             pass
 
     def history(self) -> list[Entry]:

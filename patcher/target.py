@@ -6,8 +6,6 @@ import ast
 import importlib.util
 import os
 import re
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from enum import Enum
@@ -125,6 +123,9 @@ def _importable_sglang() -> Path | None:
     spec = importlib.util.find_spec("sglang")
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))
+    import shutil
+    import subprocess
+
     python3 = shutil.which("python3")
     if python3 is None or Path(python3).resolve() == Path(sys.executable).resolve():
         return None

@@ -12,6 +12,7 @@ Delete when: the oldest release in use is 0.5.14 or newer. 0.5.14 changed the lo
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
@@ -68,6 +69,7 @@ class Sm120SymmMemTwoShot(Patch):
         return cst_tools.find_class(module, row[1])
 
     @staticmethod
+    @functools.lru_cache(maxsize=4)  # transform, its re-run and the postcondition ask alike
     def _tolerant_lookup(communicator: cst.ClassDef) -> bool:
         """`self._WORLD_SIZES_MULTIMEM.get(capability, default)`: unknown majors are fine."""
         calls = cst_tools.method_calls_on(communicator, TABLE, "get")
