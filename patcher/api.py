@@ -2,73 +2,47 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
 from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch import __version__, catalogue, diff, engine, journal
-from sglpatch.errors import LedgerError, RefusedError
+from sglpatch import __version__, catalogue, diff, doctor, engine, journal
+from sglpatch.errors import LedgerError, RefusedError, UsageError
+from sglpatch.fsio import write_atomic
 from sglpatch.ledger import Entry, FileRecord, Ledger, Record, State, default_directory, sha256
 from sglpatch.patch import Patch
-from sglpatch.results import AlreadyApplied, Applied, Failed, Outcome
+from sglpatch.reports import (
+    ApplyReport,
+    CatalogueRow,
+    DoctorReport,
+    ExportReport,
+    PatchStatus,
+    Preview,
+    RevertReport,
+    StatusReport,
+)
+from sglpatch.results import Applied, Outcome
 from sglpatch.target import Target, find_target, parse_release
 
-
-@dataclass(frozen=True)
-class ApplyReport:
-    target: Target
-    ledger: Path
-    outcomes: tuple[Outcome, ...]
-    diff: str
-    changed: tuple[str, ...]
-    written: bool
-    commit: str | None
-    untested: tuple[str, ...]  # patches run outside their tested releases (--force)
-    finished: str | None = None  # an interrupted apply or revert that this run completed first
-
-    @property
-    def failures(self) -> list[Failed]:
-        return [o for o in self.outcomes if isinstance(o, Failed)]
-
-
-@dataclass(frozen=True)
-class RevertReport:
-    target: Target
-    ledger: Path
-    restored: tuple[str, ...]
-    untouched: tuple[str, ...]  # already back to the original bytes (e.g. after a reinstall)
-    saved_edits: tuple[str, ...]  # edited files whose bytes --force kept in the ledger
-    commit: str | None
-    finished: str | None = None
-
-
-@dataclass(frozen=True)
-class PatchStatus:
-    id: str
-    # applied, not applied, already upstream, not for this release, edited since applied
-    state: str
-    file: str | None
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class StatusReport:
-    target: Target
-    ledger: Path
-    patches: tuple[PatchStatus, ...]
-    interrupted: str | None = None  # an apply or revert killed half-way, finished by the next run
-
-
-@dataclass(frozen=True)
-class CatalogueRow:
-    id: str
-    description: str
-    tested: str
-    fixed_upstream_in: str | None
-    origin: str
-    file: str | None  # for `release`, if given
-    outlook: str | None  # what apply would do on `release`, if given
+__all__ = [
+    "ApplyReport",
+    "CatalogueRow",
+    "DoctorReport",
+    "ExportReport",
+    "PatchStatus",
+    "Preview",
+    "RevertReport",
+    "StatusReport",
+    "apply",
+    "diagnose",
+    "export",
+    "list_patches",
+    "log",
+    "preview",
+    "revert",
+    "status",
+]
 
 
 def apply(
@@ -78,19 +52,15 @@ def apply(
     *,
     dry_run: bool = False,
     force: bool = False,
+    catalog: Path | None = None,
+    only: Collection[str] | None = None,
 ) -> ApplyReport:
-    """Apply every patch for the target's release, all or nothing, recording it first."""
+    """Apply every patch for the target's release (or those in `only`), all or nothing,
+    recording it first."""
     target = find_target(target_path, parse_release(version) if version else None)
     release = _release(target)
-    patches = catalogue.load()
-    untested = tuple(p.id for p in patches if not p.is_tested(release))
-    if untested and not force:
-        ranges = "; ".join(f"{p.id}: {p.tested}" for p in patches if p.id in untested)
-        raise RefusedError(
-            f"SGLang {release} is outside the tested releases ({ranges}); "
-            "--force runs the codemods anyway"
-        )
-    record = Ledger(ledger_dir or default_directory()).record(target)
+    patches, untested = _patches_for(release, catalog, force, only)
+    record = _record(target, ledger_dir)
     if dry_run:
         return _plan_apply(record, target, release, patches, untested, write=False, finished=None)
     with record.locked():
@@ -98,6 +68,26 @@ def apply(
         return _plan_apply(
             record, target, release, patches, untested, write=True, finished=finished
         )
+
+
+def _patches_for(
+    release: Version, catalog: Path | None, force: bool, only: Collection[str] | None = None
+) -> tuple[list[Patch], tuple[str, ...]]:
+    """The catalogue to run, refusing a release outside a patch's tested range unless forced."""
+    patches = catalogue.load(catalog)
+    if only is not None:
+        unknown = set(only) - {p.id for p in patches}
+        if unknown:
+            raise UsageError(f"no patch called {', '.join(sorted(unknown))} in the catalogue")
+        patches = [p for p in patches if p.id in only]
+    untested = tuple(p.id for p in patches if not p.is_tested(release))
+    if untested and not force:
+        ranges = "; ".join(f"{p.id}: {p.tested}" for p in patches if p.id in untested)
+        raise RefusedError(
+            f"SGLang {release} is outside the tested releases ({ranges}); "
+            "--force runs the codemods anyway"
+        )
+    return patches, untested
 
 
 def _plan_apply(
@@ -161,8 +151,8 @@ def _applied_state(
         files[change.path] = FileRecord(
             original, sha256(change.after), sorted({*kept, *change.patch_ids})
         )
-    ours = {o.patch_id for o in outcomes if isinstance(o, Applied)}
-    ours |= {o.patch_id for o in outcomes if isinstance(o, AlreadyApplied) and o.by == "sglpatch"}
+    ours = set(state.patches) if same else set()
+    ours |= {o.patch_id for o in outcomes if isinstance(o, Applied)}
     return State(str(release), sorted(ours), files)
 
 
@@ -176,7 +166,7 @@ def revert(
     the ledger.
     """
     target = find_target(target_path, None, required=False)
-    record = Ledger(ledger_dir or default_directory()).record(target)
+    record = _record(target, ledger_dir)
     with record.locked():
         finished = journal.finish_interrupted(record, target)
         done = finished.action if finished else None
@@ -236,15 +226,17 @@ def _edited_message(target: Target, state: State, edited: list[str]) -> str:
     )
 
 
-def status(target_path: Path | None, ledger_dir: Path | None = None) -> StatusReport:
+def status(
+    target_path: Path | None, ledger_dir: Path | None = None, catalog: Path | None = None
+) -> StatusReport:
     """Per patch: applied, not applied, already upstream, not for this release or edited.
 
     Answered from file hashes and the ledger's records: no codemod runs, libcst is not loaded.
     """
     target = find_target(target_path, None, required=False)
-    record = Ledger(ledger_dir or default_directory()).record(target)
+    record = _record(target, ledger_dir)
     state = record.state()
-    rows = tuple(_status_of(p, target, state) for p in catalogue.load())
+    rows = tuple(_status_of(p, target, state) for p in catalogue.load(catalog))
     return StatusReport(target, record.directory, rows, journal.pending(record))
 
 
@@ -283,14 +275,14 @@ def _status_of(patch: Patch, target: Target, state: State) -> PatchStatus:
 def log(target_path: Path | None, ledger_dir: Path | None = None) -> tuple[Record, list[Entry]]:
     """The ledger's history for the target, newest first."""
     target = find_target(target_path, None, required=False)
-    record = Ledger(ledger_dir or default_directory()).record(target)
+    record = _record(target, ledger_dir)
     return record, record.history()
 
 
-def list_patches(release: str | None = None) -> list[CatalogueRow]:
+def list_patches(release: str | None = None, catalog: Path | None = None) -> list[CatalogueRow]:
     """The catalogue; with `release`, what apply would do on it (without looking at any files)."""
     version = parse_release(release) if release else None
-    return [_row(p, version) for p in catalogue.load()]
+    return [_row(p, version) for p in catalogue.load(catalog)]
 
 
 def _row(patch: Patch, release: Version | None) -> CatalogueRow:
@@ -314,6 +306,10 @@ def _row(patch: Patch, release: Version | None) -> CatalogueRow:
     )
 
 
+def _record(target: Target, ledger_dir: Path | None) -> Record:
+    return Ledger(ledger_dir or default_directory()).record(target)
+
+
 def _release(target: Target) -> Version:
     assert target.release is not None  # find_target(required=True) settles it
     return target.release
@@ -335,3 +331,72 @@ def _message(action: str, target: Target, release: Version | None, patch_ids: li
         f"patches: {ids}\n"
         f"sglpatch: {__version__}\n"
     )
+
+
+def diagnose(
+    target_path: Path | None, model: str | None = None, catalog: Path | None = None
+) -> DoctorReport:
+    """What stops the target on capability-12 GPUs and EAGLE-3, read from its own source."""
+    target = find_target(target_path, None, required=False)
+    if model is not None and not (target.package_dir / "srt" / "models" / f"{model}.py").is_file():
+        raise UsageError(f"--model {model}: no sglang/srt/models/{model}.py in {target.root}")
+    result = doctor.diagnose(target.package_dir, target.release, catalogue.load(catalog), model)
+    return DoctorReport(target, result)
+
+
+def export(
+    target_path: Path | None,
+    version: str,
+    output: str,
+    ledger_dir: Path | None = None,
+    *,
+    force: bool = False,
+    catalog: Path | None = None,
+) -> ExportReport:
+    """The diff `apply` would make on a pristine tree of this release, written to `output`.
+
+    Files sglpatch already patched are diffed from their recorded originals, so the export is
+    the same whether or not the target is patched now. Nothing in the target is written.
+    """
+    target = find_target(target_path, parse_release(version))
+    release = _release(target)
+    patches, _ = _patches_for(release, catalog, force)
+    record = _record(target, ledger_dir)
+    state = record.state()
+    pristine: dict[str, bytes] = {}
+    if state.release == str(release):
+        for path, file in state.files.items():
+            current = _read(target.root / path)
+            if current is not None and sha256(current) == file.patched:
+                pristine[path] = record.stored("original", path)
+    plan = engine.plan(target, patches, release, (), sources=pristine)
+    text = "".join(diff.unified(c.path, c.before, c.after) for c in plan.changes)
+    report = ExportReport(target, text, tuple(c.path for c in plan.changes), plan.outcomes, output)
+    if not report.failures and output != "-":
+        try:
+            write_atomic(Path(output), text.encode("utf-8"))
+        except OSError as error:
+            raise UsageError(f"cannot write {output}: {error.strerror}") from None
+    return report
+
+
+def preview(
+    target_path: Path | None,
+    version: str | None,
+    ledger_dir: Path | None = None,
+    *,
+    force: bool = False,
+    catalog: Path | None = None,
+) -> list[Preview]:
+    """Each patch on its own, with its diff: what `apply --interactive` asks about."""
+    target = find_target(target_path, parse_release(version) if version else None)
+    release = _release(target)
+    patches, _ = _patches_for(release, catalog, force)
+    state = _record(target, ledger_dir).state()
+    ours = state.patches if state.release == str(release) else []
+    previews = []
+    for patch in patches:
+        plan = engine.plan(target, [patch], release, ours)
+        text = "".join(diff.unified(c.path, c.before, c.after) for c in plan.changes)
+        previews.append(Preview(patch.id, patch.description, plan.outcomes[0], text))
+    return previews

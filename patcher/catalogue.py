@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from types import ModuleType
 
 from packaging.version import Version
 
-from sglpatch.errors import SglpatchError
+from sglpatch.errors import ExitCode, SglpatchError
 from sglpatch.patch import Patch
 
 
 class CatalogueError(SglpatchError):
-    """A patch module is malformed; this is a defect in that module, not in the target."""
+    """A patch module (built-in or a plugin) is malformed or cannot be loaded."""
+
+    exit_code = ExitCode.USAGE
+
+
+ENTRY_POINTS = "sglpatch.patches"
 
 
 def patch_in(module: ModuleType) -> type[Patch]:
@@ -44,16 +51,71 @@ def builtin_modules() -> list[ModuleType]:
     ]
 
 
-def load(modules: Iterable[ModuleType] | None = None) -> list[Patch]:
-    """Instantiate the catalogue, checking each declaration; sorted by id."""
-    patches = [patch_in(m)() for m in (builtin_modules() if modules is None else modules)]
-    seen: set[str] = set()
+def load(
+    catalog_dir: Path | None = None, *, modules: Iterable[tuple[ModuleType, str]] | None = None
+) -> list[Patch]:
+    """Instantiate the catalogue, checking each declaration; sorted by id.
+
+    Patches come from `sglpatch.patches`, from installed packages' `sglpatch.patches` entry
+    points, and from the modules in `catalog_dir`; each remembers where it came from.
+    """
+    if modules is None:
+        modules = [(m, "built-in") for m in builtin_modules()]
+        modules += plugin_modules()
+        if catalog_dir is not None:
+            modules += directory_modules(catalog_dir)
+    patches = []
+    for module, origin in modules:
+        patch = patch_in(module)()
+        patch.origin = origin
+        patches.append(patch)
+    seen: dict[str, str] = {}
     for patch in patches:
         validate(patch)
         if patch.id in seen:
-            raise CatalogueError(f"two patches use the id {patch.id!r}")
-        seen.add(patch.id)
+            raise CatalogueError(
+                f"two patches use the id {patch.id!r} ({seen[patch.id]} and {patch.origin})"
+            )
+        seen[patch.id] = patch.origin
     return sorted(patches, key=lambda p: p.id)
+
+
+def plugin_modules() -> list[tuple[ModuleType, str]]:
+    """Modules that installed packages declare in the `sglpatch.patches` entry-point group."""
+    from importlib.metadata import entry_points
+
+    found = []
+    for point in entry_points(group=ENTRY_POINTS):
+        origin = f"plugin {point.dist.name}" if point.dist else f"plugin {point.name}"
+        try:
+            module = importlib.import_module(point.module)
+        except Exception as error:
+            raise CatalogueError(f"cannot load {origin} ({point.value}): {error}") from None
+        found.append((module, origin))
+    return found
+
+
+def directory_modules(folder: Path) -> list[tuple[ModuleType, str]]:
+    """Every `*.py` in `folder` (not starting with `_`), loaded as a patch module."""
+    if not folder.is_dir():
+        raise CatalogueError(f"--catalog {folder}: not a directory")
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        name = f"sglpatch_catalog_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise CatalogueError(f"cannot load {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as error:
+            del sys.modules[name]
+            raise CatalogueError(f"cannot load {path}: {type(error).__name__}: {error}") from None
+        found.append((module, str(folder)))
+    return found
 
 
 def validate(patch: Patch) -> None:

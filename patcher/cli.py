@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 
-from sglpatch import __version__, api
+from sglpatch import __version__, api, as_json
 from sglpatch.errors import ExitCode, SglpatchError
 from sglpatch.results import AlreadyApplied, Failed, NotApplicable, Outcome
 
@@ -24,8 +25,9 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+# typer needs Optional[...] at run time on Python 3.10 for these annotations.
 TargetOption = Annotated[
-    Path | None,
+    Optional[Path],  # noqa: UP045
     typer.Option(
         "--target",
         "-t",
@@ -35,12 +37,31 @@ TargetOption = Annotated[
     ),
 ]
 LedgerOption = Annotated[
-    Path | None,
+    Optional[Path],  # noqa: UP045
     typer.Option(
         "--ledger",
         help="Ledger directory. Default: $SGLPATCH_LEDGER, else $XDG_STATE_HOME/sglpatch, "
         "else ~/.local/state/sglpatch.",
         show_default=False,
+    ),
+]
+CatalogOption = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(
+        "--catalog",
+        help="Also load the patch modules in this folder (each *.py holds one Patch).",
+        envvar="SGLPATCH_CATALOG",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object (README).")]
+ForceApply = Annotated[
+    bool, typer.Option("--force", help="Run on a release outside the patches' tested range.")
+]
+VersionOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--version", "-V", help="SGLang release the target must be, e.g. 0.5.9.", show_default=False
     ),
 ]
 
@@ -92,16 +113,16 @@ def _write_crash_log() -> str:
     return "nowhere: no writable folder"
 
 
+def _emit(data: dict[str, Any]) -> None:
+    typer.echo(json.dumps(data, indent=2))
+
+
 def _colour() -> bool:
     return sys.stdout.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
-def _paint(text: str, colour: str, enabled: bool) -> str:
-    return str(typer.style(text, fg=colour)) if enabled else text
-
-
-def str_style(text: str, **style: object) -> str:
-    return str(typer.style(text, **style))  # type: ignore[arg-type]
+def _style(text: str, **style: Any) -> str:
+    return str(typer.style(text, **style))
 
 
 def _diff(text: str) -> str:
@@ -110,13 +131,13 @@ def _diff(text: str) -> str:
     painted = []
     for line in text.splitlines(keepends=True):
         if line.startswith(("+++", "---", "diff ")):
-            painted.append(str_style(line, bold=True))
+            painted.append(_style(line, bold=True))
         elif line.startswith("+"):
-            painted.append(str_style(line, fg="green"))
+            painted.append(_style(line, fg="green"))
         elif line.startswith("-"):
-            painted.append(str_style(line, fg="red"))
+            painted.append(_style(line, fg="red"))
         elif line.startswith("@@"):
-            painted.append(str_style(line, fg="cyan"))
+            painted.append(_style(line, fg="cyan"))
         else:
             painted.append(line)
     return "".join(painted)
@@ -134,9 +155,11 @@ STATE_COLOURS = {
 
 
 def _row(state: str, patch_id: str, detail: str, err: bool = False) -> None:
-    enabled = _colour() and not err
-    label = _paint(f"{state:<21}", STATE_COLOURS.get(state, "white"), enabled)
-    typer.echo(f"  {label} {patch_id:<28} {detail}".rstrip(), err=err, color=enabled)
+    colour = _colour() and not err
+    label = f"{state:<21}"
+    if colour:
+        label = _style(label, fg=STATE_COLOURS.get(state, "white"))
+    typer.echo(f"  {label} {patch_id:<28} {detail}".rstrip(), err=err, color=colour)
 
 
 def _describe(outcome: Outcome) -> str:
@@ -148,6 +171,14 @@ def _describe(outcome: Outcome) -> str:
     if isinstance(outcome, Failed):
         return f"{outcome.file}: {outcome.reason}" if outcome.file else outcome.reason
     return outcome.file
+
+
+def _fail_on(failures: list[Failed]) -> None:
+    if failures:
+        first = failures[0]
+        where = f"{first.file}: " if first.file else ""
+        _error(f"{where}{first.reason}; nothing was written")
+        raise typer.Exit(ExitCode.TARGET)
 
 
 def _version_callback(value: bool) -> None:
@@ -168,33 +199,44 @@ def _root(
     """Patch an installed SGLang for hardware and models its release does not support yet.
 
     Exit codes: 0 ok, 1 refused (nothing changed), 2 usage, 3 target problem, 4 ledger problem,
-    70 internal error, 130 interrupted.
+    5 doctor found gaps, 70 internal error, 130 interrupted.
     """
 
 
 @app.command()
 @handled
 def apply(
-    version: Annotated[
-        str | None,
-        typer.Option(
-            "--version",
-            "-V",
-            help="SGLang release the target must be, e.g. 0.5.9.",
-            show_default=False,
-        ),
-    ] = None,
+    version: VersionOption = None,
     target: TargetOption = None,
     ledger: LedgerOption = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the diff; write nothing.")
     ] = False,
-    force: Annotated[
-        bool, typer.Option("--force", help="Run on a release outside the patches' tested range.")
+    interactive: Annotated[
+        bool,
+        typer.Option(
+            "--interactive", "-i", help="Show each patch's reason and diff; ask y/n/q for each."
+        ),
     ] = False,
+    force: ForceApply = False,
+    catalog: CatalogOption = None,
+    json_out: JsonOption = False,
 ) -> None:
     """Apply the patches tested for the target's release, all or nothing."""
-    report = api.apply(target, version, ledger, dry_run=dry_run, force=force)
+    only = None
+    if interactive:
+        only = _choose(api.preview(target, version, ledger, force=force, catalog=catalog))
+        if not only:
+            typer.echo("No patch chosen; nothing was written.")
+            return
+    report = api.apply(
+        target, version, ledger, dry_run=dry_run, force=force, catalog=catalog, only=only
+    )
+    if json_out:
+        _emit(as_json.apply(report, dry_run))
+        if report.failures:
+            raise typer.Exit(ExitCode.TARGET)
+        return
     err = dry_run  # a dry run's stdout is the diff alone, so it can be saved as a patch file
     if report.finished:
         typer.echo(f"Finished an interrupted {report.finished} first.", err=True)
@@ -204,10 +246,7 @@ def apply(
         typer.echo(f"  --force: running untested patches {', '.join(report.untested)}", err=True)
     for outcome in report.outcomes:
         _row(outcome.state, outcome.patch_id, _describe(outcome), err=err)
-    if report.failures:
-        first = report.failures[0]
-        _error(f"{first.file}: {first.reason}; nothing was written" if first.file else first.reason)
-        raise typer.Exit(ExitCode.TARGET)
+    _fail_on(report.failures)
     if dry_run:
         if report.diff:
             typer.echo(_diff(report.diff), nl=False, color=_colour())
@@ -215,12 +254,37 @@ def apply(
             f"Dry run: {len(report.changed)} file(s) would change; nothing was written.", err=True
         )
     elif report.written:
+        commit = report.commit[:10] if report.commit else "?"
         typer.echo(
             f"Patched {len(report.changed)} file(s); recorded in {report.ledger} "
-            f"(commit {report.commit[:10] if report.commit else '?'}). Undo: sglpatch revert"
+            f"(commit {commit}). Undo: sglpatch revert"
         )
     else:
         typer.echo("Nothing to do: every patch for this release is in place or not needed.")
+
+
+def _choose(previews: list[api.Preview]) -> list[str]:
+    """Ask about each patch that would change something, like `git add -p`: y, n or q."""
+    chosen: list[str] = []
+    for preview in previews:
+        if preview.outcome.state != "applied":
+            _row(preview.outcome.state, preview.id, _describe(preview.outcome))
+            continue
+        typer.echo(f"\n{preview.id}: {preview.description}")
+        typer.echo(_diff(preview.diff), nl=False, color=_colour())
+        answer = typer.prompt(
+            f"Apply {preview.id} [y,n,q,?]", default="", show_default=False, err=True
+        )
+        while answer not in ("y", "n", "q"):
+            typer.echo(
+                "y - apply this patch\nn - skip it\nq - quit; apply what was chosen", err=True
+            )
+            answer = typer.prompt(f"Apply {preview.id} [y,n,q,?]", default="q", err=True)
+        if answer == "q":
+            break
+        if answer == "y":
+            chosen.append(preview.id)
+    return chosen
 
 
 @app.command()
@@ -234,9 +298,13 @@ def revert(
             "--force", help="Restore even files edited since; their bytes are kept in the ledger."
         ),
     ] = False,
+    json_out: JsonOption = False,
 ) -> None:
     """Restore every file sglpatch changed to its recorded original bytes."""
     report = api.revert(target, ledger, force=force)
+    if json_out:
+        _emit(as_json.revert(report))
+        return
     if report.finished:
         typer.echo(f"Finished an interrupted {report.finished} first.", err=True)
     if not report.restored and not report.untouched:
@@ -253,28 +321,40 @@ def revert(
 
 @app.command()
 @handled
-def status(target: TargetOption = None, ledger: LedgerOption = None) -> None:
+def status(
+    target: TargetOption = None,
+    ledger: LedgerOption = None,
+    catalog: CatalogOption = None,
+    json_out: JsonOption = False,
+) -> None:
     """Show the target, its release, the ledger, and each patch's state."""
-    report = api.status(target, ledger)
-    t = report.target
-    source = f" (from {t.release_source})" if t.release_source else ""
-    typer.echo(f"target:  {t.root} ({t.layout.value})")
-    typer.echo(f"release: {t.release or 'unknown'}{source}")
+    report = api.status(target, ledger, catalog)
+    if json_out:
+        _emit(as_json.status(report))
+        return
+    found = report.target
+    source = f" (from {found.release_source})" if found.release_source else ""
+    typer.echo(f"target:  {found.root} ({found.layout.value})")
+    typer.echo(f"release: {found.release or 'unknown'}{source}")
     typer.echo(f"ledger:  {report.ledger}")
     if report.interrupted:
         typer.echo(
             f"pending: an interrupted {report.interrupted}; the next apply or revert finishes it"
         )
     for row in report.patches:
-        detail = " - ".join(x for x in (row.file, row.note) if x)
-        _row(row.state, row.id, detail)
+        _row(row.state, row.id, " - ".join(x for x in (row.file, row.note) if x))
 
 
 @app.command()
 @handled
-def log(target: TargetOption = None, ledger: LedgerOption = None) -> None:
+def log(
+    target: TargetOption = None, ledger: LedgerOption = None, json_out: JsonOption = False
+) -> None:
     """Show the ledger's history for the target, newest first."""
     record, entries = api.log(target, ledger)
+    if json_out:
+        _emit(as_json.log(entries, str(record.directory)))
+        return
     if not entries:
         typer.echo(f"No history for {record.target.root} in {record.ledger.directory}.")
         return
@@ -286,12 +366,17 @@ def log(target: TargetOption = None, ledger: LedgerOption = None) -> None:
 @handled
 def list_(
     release: Annotated[
-        str | None,
+        Optional[str],  # noqa: UP045
         typer.Option("--release", "-r", help="Show what apply would do on this SGLang release."),
     ] = None,
+    catalog: CatalogOption = None,
+    json_out: JsonOption = False,
 ) -> None:
-    """Show the catalogue: each patch, what it does, and the releases it is tested on."""
-    rows = api.list_patches(release)
+    """Show the catalogue: each patch, what it does, the releases it is tested on, its origin."""
+    rows = api.list_patches(release, catalog)
+    if json_out:
+        _emit(as_json.catalogue(rows, release))
+        return
     for row in rows:
         fixed = f"; upstream since {row.fixed_upstream_in}" if row.fixed_upstream_in else ""
         typer.echo(f"{row.id}  [{row.origin}]")
@@ -299,6 +384,86 @@ def list_(
         typer.echo(f"    tested: {row.tested}{fixed}")
         if row.outlook is not None:
             typer.echo(f"    on {release}: {row.outlook}" + (f" ({row.file})" if row.file else ""))
+
+
+@app.command()
+@handled
+def export(
+    version: Annotated[
+        str, typer.Option("--version", "-V", help="SGLang release the target must be.")
+    ],
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="File to write the diff to; - for stdout.")
+    ],
+    target: TargetOption = None,
+    ledger: LedgerOption = None,
+    force: ForceApply = False,
+    catalog: CatalogOption = None,
+) -> None:
+    """Write the patches as a unified diff for `git apply` or `patch -p1` at the target root."""
+    report = api.export(target, version, output, ledger, force=force, catalog=catalog)
+    _fail_on(report.failures)
+    if output == "-":
+        typer.echo(report.diff, nl=False)
+        return
+    typer.echo(
+        f"Wrote {output}: {len(report.changed)} file(s), from SGLang {report.target.release}. "
+        f"Apply it in {report.target.root} with: patch -p1 < {output}"
+    )
+
+
+@app.command()
+@handled
+def doctor(
+    target: TargetOption = None,
+    model: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--model", "-m", help="Only this models module, e.g. kimi_k25."),
+    ] = None,
+    catalog: CatalogOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Find what stops SGLang on capability-12 GPUs and on EAGLE-3, from its own source."""
+    report = api.diagnose(target, model, catalog)
+    found = report.diagnosis
+    if json_out:
+        _emit(as_json.doctor(report))
+    else:
+        _print_diagnosis(report)
+    if not found.healthy:
+        raise typer.Exit(ExitCode.GAPS)
+
+
+def _print_diagnosis(report: api.DoctorReport) -> None:
+    found = report.diagnosis
+    typer.echo(f"SGLang {found.release or '(release unknown)'} at {report.target.root}\n")
+    typer.echo("EAGLE-3: what the target's code calls on the target model")
+    for method, places in found.required.items():
+        more = f" (+{len(places) - 1} more)" if len(places) > 1 else ""
+        typer.echo(f"  {method:<32} {places[0]}{more}")
+    lacking = found.lacking
+    typer.echo(
+        f"\nEAGLE-3: {len(lacking)} of {len(found.models)} registered models lack some of it"
+    )
+    for model in sorted(lacking, key=lambda m: (m.fixed_by is None, m.module, m.name)):
+        fix = f"  [fixed by {model.fixed_by}]" if model.fixed_by else ""
+        typer.echo(f"  {model.name} ({model.module}): {', '.join(model.missing)}{fix}")
+    typer.echo(f"\nCapability gaps (majors 9/10 without 12): {len(found.gaps)}")
+    for gap in found.gaps:
+        cover = f"  [covered by {gap.covered_by}]" if gap.covered_by else ""
+        typer.echo(f"  {gap.kind:<5} {gap.file}:{gap.line}: {gap.code}{cover}")
+    fixable = sum(1 for m in lacking if m.fixed_by) + sum(1 for g in found.gaps if g.covered_by)
+    other = len(lacking) + len(found.gaps) - fixable
+    typer.echo("\nWhat to do:")
+    if found.healthy:
+        typer.echo("  Nothing: no gaps found.")
+    if fixable:
+        typer.echo(f"  {fixable} gap(s) have a patch in the catalogue: run `sglpatch apply`.")
+    if other:
+        typer.echo(
+            f"  {other} gap(s) have no patch yet: avoid those models or code paths on "
+            "capability-12 GPUs, or write a patch (README, 'Write your own patch')."
+        )
 
 
 def main() -> None:

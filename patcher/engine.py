@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -46,9 +46,16 @@ class Plan:
 
 
 def plan(
-    target: Target, patches: Sequence[Patch], release: Version, ours: Collection[str] = ()
+    target: Target,
+    patches: Sequence[Patch],
+    release: Version,
+    ours: Collection[str] = (),
+    sources: Mapping[str, bytes] | None = None,
 ) -> Plan:
-    """Work out every patch's outcome and the resulting bytes; `ours` are ids the ledger holds."""
+    """Work out every patch's outcome and the resulting bytes; `ours` are ids the ledger holds.
+
+    `sources` stands in for files on disk (by path from the target root), e.g. recorded originals.
+    """
     outcomes: dict[str, Outcome] = {}
     by_file: dict[str, list[Patch]] = {}
     for patch in patches:
@@ -61,7 +68,9 @@ def plan(
             by_file.setdefault(package_path, []).append(patch)
     changes = []
     for package_path, file_patches in by_file.items():
-        change, file_outcomes = _patch_file(target, package_path, file_patches, release, ours)
+        change, file_outcomes = _patch_file(
+            target, package_path, file_patches, release, ours, sources or {}
+        )
         outcomes.update(file_outcomes)
         if change is not None:
             changes.append(change)
@@ -74,8 +83,11 @@ def _patch_file(
     patches: list[Patch],
     release: Version,
     ours: Collection[str],
+    sources: Mapping[str, bytes],
 ) -> tuple[FileChange | None, dict[str, Outcome]]:
     shown = target.relative(package_path)
+    if shown in sources:
+        return transform_source(sources[shown], shown, patches, release, ours)
     try:
         source = _read_source(target, package_path)
     except _Unreadable as error:

@@ -63,7 +63,7 @@ class Patch(ABC):
     tested: ClassVar[SpecifierSet]
     fixed_upstream_in: ClassVar[Version | None] = None
     # Where the catalogue found the patch ("built-in", a plugin's name or a folder); set on load.
-    origin: ClassVar[str] = "built-in"
+    origin: str = "built-in"
 
     def is_tested(self, release: Version) -> bool:
         return self.tested.contains(release, prereleases=True)

@@ -48,7 +48,7 @@ def test_a_malformed_declaration_is_rejected(monkeypatch: pytest.MonkeyPatch) ->
     cls = type("Bad", (_Dummy,), {"__module__": "bad", "id": "Not An Id", "__doc__": "x"})
     module.Bad = cls  # type: ignore[attr-defined]
     with pytest.raises(catalogue.CatalogueError, match="id must be"):
-        catalogue.load([module])
+        catalogue.load(modules=[(module, "test")])
 
 
 def test_by_release_picks_exactly_one_row() -> None:

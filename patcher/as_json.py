@@ -1,0 +1,131 @@
+"""Each command's result as plain JSON-ready data: the schemas the README documents."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sglpatch import api
+from sglpatch.ledger import Entry
+from sglpatch.results import AlreadyApplied, Failed, NotApplicable, Outcome
+from sglpatch.target import Target
+
+JSON = dict[str, Any]
+
+
+def _target(target: Target) -> JSON:
+    return {
+        "target": str(target.root),
+        "layout": target.layout.value,
+        "release": str(target.release) if target.release else None,
+        "release_source": target.release_source,
+    }
+
+
+def outcome(item: Outcome) -> JSON:
+    data: JSON = {"id": item.patch_id, "state": item.state}
+    if isinstance(item, AlreadyApplied):
+        data |= {"file": item.file, "detail": item.detail}
+        data["fixed_in"] = str(item.fixed_in) if item.fixed_in else None
+    elif isinstance(item, NotApplicable):
+        data["reason"] = item.reason
+    elif isinstance(item, Failed):
+        data |= {"file": item.file, "reason": item.reason}
+    else:
+        data["file"] = item.file
+    return data
+
+
+def apply(report: api.ApplyReport, dry_run: bool) -> JSON:
+    return {
+        **_target(report.target),
+        "ledger": str(report.ledger),
+        "dry_run": dry_run,
+        "written": report.written,
+        "commit": report.commit,
+        "changed": list(report.changed),
+        "patches": [outcome(o) for o in report.outcomes],
+        "untested": list(report.untested),
+        "finished_interrupted": report.finished,
+        "diff": report.diff,
+    }
+
+
+def revert(report: api.RevertReport) -> JSON:
+    return {
+        **_target(report.target),
+        "ledger": str(report.ledger),
+        "restored": list(report.restored),
+        "already_original": list(report.untouched),
+        "saved_edits": list(report.saved_edits),
+        "commit": report.commit,
+        "finished_interrupted": report.finished,
+    }
+
+
+def status(report: api.StatusReport) -> JSON:
+    return {
+        **_target(report.target),
+        "ledger": str(report.ledger),
+        "interrupted": report.interrupted,
+        "patches": [
+            {"id": p.id, "state": p.state, "file": p.file, "note": p.note} for p in report.patches
+        ],
+    }
+
+
+def log(entries: list[Entry], record_directory: str) -> JSON:
+    return {
+        "ledger": record_directory,
+        "entries": [
+            {"commit": e.commit, "date": e.date, "summary": e.summary, "message": e.message}
+            for e in entries
+        ],
+    }
+
+
+def catalogue(rows: list[api.CatalogueRow], release: str | None) -> JSON:
+    return {
+        "release": release,
+        "patches": [
+            {
+                "id": r.id,
+                "description": r.description,
+                "tested": r.tested,
+                "fixed_upstream_in": r.fixed_upstream_in,
+                "origin": r.origin,
+                **({"file": r.file, "outlook": r.outlook} if release else {}),
+            }
+            for r in rows
+        ],
+    }
+
+
+def doctor(report: api.DoctorReport) -> JSON:
+    found = report.diagnosis
+    models: JSON = {}
+    for model in found.models:
+        key = model.name if model.name not in models else f"{model.name} ({model.module})"
+        models[key] = {
+            "module": model.module,
+            "missing": list(model.missing),
+            "fixed_by": model.fixed_by,
+        }
+    return {
+        "release": str(found.release) if found.release else None,
+        "target": str(report.target.root),
+        "eagle3": {
+            "required": list(found.required),
+            "called_at": {method: list(places) for method, places in found.required.items()},
+            "models": models,
+        },
+        "capability_gaps": [
+            {
+                "file": g.file,
+                "line": g.line,
+                "kind": g.kind,
+                "code": g.code,
+                "covered_by": g.covered_by,
+            }
+            for g in found.gaps
+        ],
+    }

@@ -1,0 +1,95 @@
+"""The values the API returns to the CLI (and to anyone scripting sglpatch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglpatch import doctor
+from sglpatch.results import Failed, Outcome
+from sglpatch.target import Target
+
+
+@dataclass(frozen=True)
+class ApplyReport:
+    target: Target
+    ledger: Path
+    outcomes: tuple[Outcome, ...]
+    diff: str
+    changed: tuple[str, ...]
+    written: bool
+    commit: str | None
+    untested: tuple[str, ...]  # patches run outside their tested releases (--force)
+    finished: str | None = None  # an interrupted apply or revert that this run completed first
+
+    @property
+    def failures(self) -> list[Failed]:
+        return [o for o in self.outcomes if isinstance(o, Failed)]
+
+
+@dataclass(frozen=True)
+class RevertReport:
+    target: Target
+    ledger: Path
+    restored: tuple[str, ...]
+    untouched: tuple[str, ...]  # already back to the original bytes (e.g. after a reinstall)
+    saved_edits: tuple[str, ...]  # edited files whose bytes --force kept in the ledger
+    commit: str | None
+    finished: str | None = None
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    id: str
+    # applied, not applied, already upstream, not for this release, edited since applied
+    state: str
+    file: str | None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    target: Target
+    ledger: Path
+    patches: tuple[PatchStatus, ...]
+    interrupted: str | None = None  # an apply or revert killed half-way, finished by the next run
+
+
+@dataclass(frozen=True)
+class CatalogueRow:
+    id: str
+    description: str
+    tested: str
+    fixed_upstream_in: str | None
+    origin: str
+    file: str | None  # for `release`, if given
+    outlook: str | None  # what apply would do on `release`, if given
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    target: Target
+    diagnosis: doctor.Diagnosis
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    target: Target
+    diff: str
+    changed: tuple[str, ...]
+    outcomes: tuple[Outcome, ...]
+    output: str  # a path, or "-" for standard output
+
+    @property
+    def failures(self) -> list[Failed]:
+        return [o for o in self.outcomes if isinstance(o, Failed)]
+
+
+@dataclass(frozen=True)
+class Preview:
+    """One patch on its own: what it would do, for `apply --interactive`."""
+
+    id: str
+    description: str
+    outcome: Outcome
+    diff: str

@@ -1,0 +1,113 @@
+"""Reading an SGLang tree's source without importing it: files, ASTs and parallel scans."""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class Source:
+    """The `sglang` package on disk: files read and parsed once each, on demand."""
+
+    def __init__(self, package_dir: Path) -> None:
+        self.package_dir = package_dir
+        self._trees: dict[Path, ast.Module | None] = {}
+
+    def shown(self, path: Path) -> str:
+        return f"sglang/{path.relative_to(self.package_dir).as_posix()}"
+
+    def text(self, path: Path) -> str:
+        try:
+            return path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def tree(self, path: Path) -> ast.Module | None:
+        if path not in self._trees:
+            try:
+                self._trees[path] = ast.parse(self.text(path), filename=str(path))
+            except (SyntaxError, ValueError):
+                self._trees[path] = None
+        return self._trees[path]
+
+    def module_file(self, dotted: str) -> Path | None:
+        if dotted != "sglang" and not dotted.startswith("sglang."):
+            return None
+        base = self.package_dir.joinpath(*dotted.split(".")[1:])
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+        return None
+
+    def dotted(self, path: Path) -> str:
+        parts = path.relative_to(self.package_dir).with_suffix("").parts
+        parts = parts[:-1] if parts and parts[-1] == "__init__" else parts
+        return ".".join(("sglang", *parts))
+
+
+def absolute_module(node: ast.ImportFrom, module: str) -> str | None:
+    if not node.level:
+        return node.module
+    package = module.split(".")[: -node.level]
+    return ".".join([*package, node.module] if node.module else package) or None
+
+
+def chain(node: ast.expr) -> list[str]:
+    """`self.target_worker.model_runner.model` -> ["self", "target_worker", ...]."""
+    names: list[str] = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        names.append(node.id)
+    return names[::-1]
+
+
+def walk_with_ancestors(
+    tree: ast.AST, lines: Sequence[int]
+) -> Iterator[tuple[ast.AST, list[ast.AST]]]:
+    """Nodes spanning one of `lines`, each with its ancestors (one shared list).
+
+    Subtrees that span none of the lines are skipped: walking every node of a large module
+    in Python costs far more than parsing it.
+    """
+    ancestors: list[ast.AST] = []
+
+    def spans(node: ast.AST) -> bool:
+        start = getattr(node, "lineno", None)
+        if start is None:
+            return True
+        index = bisect.bisect_left(lines, start)
+        return index < len(lines) and lines[index] <= (getattr(node, "end_lineno", None) or start)
+
+    def visit(node: ast.AST) -> Iterator[tuple[ast.AST, list[ast.AST]]]:
+        yield node, ancestors
+        ancestors.append(node)
+        for child in ast.iter_child_nodes(node):
+            if spans(child):
+                yield from visit(child)
+        ancestors.pop()
+
+    yield from visit(tree)
+
+
+def parallel(
+    work: Callable[[tuple[Path, str]], tuple[Path, T]], paths: Sequence[Path], source: Source
+) -> list[tuple[Path, T]]:
+    """Parse on every core: ast.parse of a few hundred modules is most of doctor's time."""
+    jobs = [(path, source.dotted(path)) for path in paths]
+    workers = min(os.cpu_count() or 1, 8)
+    if workers < 2 or len(jobs) < 16:
+        return [work(job) for job in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        return list(pool.map(work, jobs, chunksize=max(len(jobs) // (workers * 4), 1)))
