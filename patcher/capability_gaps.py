@@ -19,9 +19,9 @@ KNOWN = frozenset({9, 10})
 NEW = 12
 
 
-# A file is parsed only if its bytes could hold a gap: a row keyed 9 or 10 at the start of a
-# line, or a comparison right after a capability-like name.
-_ROW = re.compile(rb"^\s*(?:9|10)\s*:", re.MULTILINE)
+# A file is parsed only if its bytes could hold a gap: a dict row keyed 9 or 10 (after a
+# brace, a comma or a line start), or a comparison right after a capability-like name.
+_ROW = re.compile(rb"(?:^|[{,])\s*(?:9|10)\s*:", re.MULTILINE)
 _GATE = re.compile(
     rb"(?:apabilit\w*(?:\(\))?(?:\[0\])?|major)\s*(?:[=!]=|(?:not\s+)?in\b)", re.IGNORECASE
 )

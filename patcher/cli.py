@@ -272,19 +272,24 @@ def _choose(previews: list[api.Preview]) -> list[str]:
             continue
         typer.echo(f"\n{preview.id}: {preview.description}")
         typer.echo(_diff(preview.diff), nl=False, color=_colour())
-        answer = typer.prompt(
-            f"Apply {preview.id} [y,n,q,?]", default="", show_default=False, err=True
-        )
+        answer = _ask(f"Apply {preview.id} [y,n,q,?]")
         while answer not in ("y", "n", "q"):
             typer.echo(
-                "y - apply this patch\nn - skip it\nq - quit; apply what was chosen", err=True
+                "y: apply this patch; n: skip it; q: quit, applying what was chosen", err=True
             )
-            answer = typer.prompt(f"Apply {preview.id} [y,n,q,?]", default="q", err=True)
+            answer = _ask(f"Apply {preview.id} [y,n,q,?]")
         if answer == "q":
             break
         if answer == "y":
             chosen.append(preview.id)
     return chosen
+
+
+def _ask(question: str) -> str:
+    try:
+        return str(typer.prompt(question, default="", show_default=False, err=True)).strip()
+    except (typer.Abort, EOFError):  # end of input: stop asking, as q does
+        return "q"
 
 
 @app.command()

@@ -83,3 +83,12 @@ def patch_targets(release: str) -> list[str]:
     ]
     present = set(members(release, "sglang/srt/"))
     return [c for c in candidates if c in present]
+
+
+def full_tree(release: str, dest: Path) -> Path:
+    """A site-packages holding the release's whole sglang package (for doctor)."""
+    archive = _archive(release)
+    for name in archive.namelist():
+        if name.startswith("sglang/") or name.endswith(".dist-info/METADATA"):
+            archive.extract(name, dest)
+    return dest
