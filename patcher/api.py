@@ -7,7 +7,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch import __version__, catalogue, diff, doctor, engine, journal
+from sglpatch import __version__, catalogue, diff, engine, journal
 from sglpatch.errors import LedgerError, RefusedError, UsageError
 from sglpatch.fsio import write_atomic
 from sglpatch.ledger import Entry, FileRecord, Ledger, Record, State, default_directory, sha256
@@ -340,6 +340,8 @@ def diagnose(
     target = find_target(target_path, None, required=False)
     if model is not None and not (target.package_dir / "srt" / "models" / f"{model}.py").is_file():
         raise UsageError(f"--model {model}: no sglang/srt/models/{model}.py in {target.root}")
+    from sglpatch import doctor  # its scanners load only for this command
+
     result = doctor.diagnose(target.package_dir, target.release, catalogue.load(catalog), model)
     return DoctorReport(target, result)
 

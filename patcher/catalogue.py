@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import pkgutil
 import sys
 from collections.abc import Iterable
@@ -80,8 +81,33 @@ def load(
     return sorted(patches, key=lambda p: p.id)
 
 
+def _any_plugin_declared() -> bool:
+    """Whether any distribution on sys.path names the group in its entry_points.txt.
+
+    importing importlib.metadata costs more than status itself (it pulls in email, csv, zipfile),
+    so it is loaded only when this quick look finds a candidate.
+    """
+    marker = f"[{ENTRY_POINTS}]"
+    for folder in sys.path:
+        try:
+            entries = list(os.scandir(folder or "."))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.endswith((".dist-info", ".egg-info")):
+                try:
+                    text = Path(entry.path, "entry_points.txt").read_text(errors="replace")
+                except OSError:
+                    continue
+                if marker in text:
+                    return True
+    return False
+
+
 def plugin_modules() -> list[tuple[ModuleType, str]]:
     """Modules that installed packages declare in the `sglpatch.patches` entry-point group."""
+    if not _any_plugin_declared():
+        return []
     from importlib.metadata import entry_points
 
     found = []

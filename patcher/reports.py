@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sglpatch import doctor
 from sglpatch.results import Failed, Outcome
 from sglpatch.target import Target
+
+if TYPE_CHECKING:
+    from sglpatch.doctor import Diagnosis
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ class CatalogueRow:
 @dataclass(frozen=True)
 class DoctorReport:
     target: Target
-    diagnosis: doctor.Diagnosis
+    diagnosis: Diagnosis
 
 
 @dataclass(frozen=True)

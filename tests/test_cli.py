@@ -277,7 +277,8 @@ def _python(code: str, env: dict[str, str] | None = None) -> str:
 
 
 # libcst may be registered as a lazy module; its code has run only if its nodes are loaded.
-HEAVY = ("libcst._nodes.module", "git")
+# importlib.metadata is loaded only when some installed package declares an sglpatch plugin.
+HEAVY = ("libcst._nodes.module", "git", "importlib.metadata")
 
 
 def test_the_cli_and_status_load_neither_libcst_nor_git(site_059: Path) -> None:
