@@ -123,8 +123,11 @@ class Record:
         if not path.exists():
             return State()
         try:
-            return State.from_json(json.loads(path.read_bytes()))
-        except (OSError, ValueError, TypeError) as error:
+            data = json.loads(path.read_bytes())
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            return State.from_json(data)
+        except (OSError, ValueError, TypeError, AttributeError) as error:
             raise LedgerError(f"state.json is unreadable ({error})", str(self.directory)) from None
 
     def stored(self, kind: str, path: str) -> bytes:
