@@ -124,6 +124,10 @@ def replace(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Modul
     Only the nodes on the path from the module down to `old` are rebuilt, which is much cheaper
     than `deep_replace` visiting the whole tree.
     """
+    for position, statement in enumerate(module.body):  # most anchors are top-level statements
+        if statement is old:
+            body = (*module.body[:position], new, *module.body[position + 1 :])
+            return module.with_changes(body=body)
     path = _path_to(module, old)
     if path is None:
         raise AnchorMissing("the node to replace is not in the module")
@@ -143,18 +147,29 @@ Step = tuple[cst.CSTNode, str, "int | None"]
 
 
 def _path_to(root: cst.CSTNode, target: cst.CSTNode) -> list[Step] | None:
-    stack: list[tuple[cst.CSTNode, list[Step]]] = [(root, [])]
+    """The (parent, field, index) steps from `root` down to `target`, searched in source order
+    (anchors sit near the top of their files) with parent links instead of copied paths."""
+    parents: dict[int, tuple[cst.CSTNode, Step]] = {}
+    stack: list[cst.CSTNode] = [root]
     while stack:
-        node, path = stack.pop()
+        node = stack.pop()
         if node is target:
-            return path
+            path: list[Step] = []
+            while id(node) in parents:
+                node, step = parents[id(node)]
+                path.append(step)
+            return path[::-1]
+        children: list[cst.CSTNode] = []
         for field, value in _fields(node):
             if isinstance(value, cst.CSTNode):
-                stack.append((value, [*path, (node, field, None)]))
+                parents[id(value)] = (node, (node, field, None))
+                children.append(value)
             elif isinstance(value, (list, tuple)):
                 for index, item in enumerate(value):
                     if isinstance(item, cst.CSTNode):
-                        stack.append((item, [*path, (node, field, index)]))
+                        parents[id(item)] = (node, (node, field, index))
+                        children.append(item)
+        stack.extend(reversed(children))
     return None
 
 
@@ -228,12 +243,11 @@ def method_calls_on(node: cst.CSTNode, owner: str, method: str) -> list[cst.Call
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
-def _fields(node: cst.CSTNode) -> Iterator[tuple[str, object]]:
+def _fields(node: cst.CSTNode) -> list[tuple[str, object]]:
     names = _FIELD_NAMES.get(type(node))
     if names is None:  # nodes use __slots__, so vars() does not work; fields() is slow: cache
         names = _FIELD_NAMES[type(node)] = tuple(f.name for f in dataclasses.fields(node))
-    for name in names:
-        yield name, getattr(node, name)
+    return [(name, getattr(node, name)) for name in names]
 
 
 def _walk(node: cst.CSTNode, kind: type[T] | tuple[type[T], ...]) -> Iterator[T]:
@@ -250,7 +264,7 @@ def _walk(node: cst.CSTNode, kind: type[T] | tuple[type[T], ...]) -> Iterator[T]
         for _, value in _fields(current):
             if isinstance(value, cst.CSTNode):
                 stack.append(value)
-            elif isinstance(value, (list, tuple)):
+            elif value.__class__ in (list, tuple):
                 stack.extend(item for item in value if isinstance(item, cst.CSTNode))
 
 
