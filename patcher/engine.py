@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from packaging.version import Version
 
@@ -25,8 +24,7 @@ else:
     cst = lazy_import("libcst")
 
 
-@dataclass(frozen=True)
-class FileChange:
+class FileChange(NamedTuple):
     """New bytes for one file; `path` is relative to the target root."""
 
     path: str
@@ -35,8 +33,7 @@ class FileChange:
     patch_ids: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     outcomes: tuple[Outcome, ...]
     changes: tuple[FileChange, ...]
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sglpatch import fsio
 from sglpatch.errors import LedgerError, RefusedError
@@ -22,8 +21,7 @@ from sglpatch.ledger import Record, State, sha256
 from sglpatch.target import Target
 
 
-@dataclass(frozen=True)
-class Write:
+class Write(NamedTuple):
     """New bytes for one target file (path relative to the target root)."""
 
     path: str
@@ -31,8 +29,7 @@ class Write:
     after: bytes
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(NamedTuple):
     action: str  # apply or revert
     message: str
     state: State

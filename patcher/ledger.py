@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sglpatch.errors import LedgerError, LockedError, RefusedError
 from sglpatch.fsio import fault_point, write_atomic
@@ -79,8 +79,7 @@ class State:
         return cls(data.get("release"), list(data.get("patches", [])), files)
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One commit of a target's ledger."""
 
     commit: str
