@@ -81,6 +81,9 @@ def handled(command: F) -> F:
         except KeyboardInterrupt:
             _error("interrupted")
             raise typer.Exit(ExitCode.INTERRUPTED) from None
+        except BrokenPipeError:  # `sglpatch ... | head`: the reader left; say nothing more
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(ExitCode.BROKEN_PIPE) from None
         except typer.Exit:
             raise
         except Exception as error:  # a bug in sglpatch: keep the details, show one line
@@ -199,7 +202,7 @@ def _root(
     """Patch an installed SGLang for hardware and models its release does not support yet.
 
     Exit codes: 0 ok, 1 refused (nothing changed), 2 usage, 3 target problem, 4 ledger problem,
-    5 doctor found gaps, 70 internal error, 130 interrupted.
+    5 doctor found gaps, 70 internal error, 130 interrupted, 141 output pipe closed.
     """
 
 

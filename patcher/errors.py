@@ -16,6 +16,7 @@ class ExitCode(IntEnum):
     GAPS = 5  # `doctor` found gaps that remain
     BUG = 70  # an unexpected error in sglpatch itself (EX_SOFTWARE); details in the log
     INTERRUPTED = 130
+    BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a reader that went away
 
 
 class SglpatchError(Exception):

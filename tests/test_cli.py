@@ -330,3 +330,16 @@ def test_help_and_version(runner: CliRunner) -> None:
     assert code == 0 and "--dry-run" in out and "--target" in out and "--ledger" in out
     code, out, _ = run(runner, "--version")
     assert code == 0 and out.startswith("sglpatch ")
+
+
+def test_a_closed_output_pipe_is_not_a_crash(site_059: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sglpatch", "apply", "--dry-run", "--target", str(site_059)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # like `| head` that has read enough
+    err = process.stderr.read().decode()
+    assert process.wait() == ExitCode.BROKEN_PIPE
+    assert "Traceback" not in err and "internal error" not in err
