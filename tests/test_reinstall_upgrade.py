@@ -37,8 +37,14 @@ def test_force_reinstall_then_status_apply_revert(runner: CliRunner, tmp_path: P
     site = tmp_path / "site"
     pip_install("0.5.9", site)
     pristine = targets_of(site, "0.5.9")
+    everything = snapshot(site)
     assert runner.invoke(app, ["apply", "--target", str(site)]).exit_code == 0
     patched = targets_of(site, "0.5.9")
+    after = snapshot(site)  # a real, complete install: exactly the three files change
+    assert set(after) == set(everything)
+    assert sorted(k for k in after if after[k] != everything[k]) == sorted(
+        wheels.patch_targets("0.5.9")
+    )
 
     pip_install("0.5.9", site, "--force-reinstall")
     assert targets_of(site, "0.5.9") == pristine
