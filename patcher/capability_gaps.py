@@ -20,10 +20,12 @@ NEW = 12
 
 
 # A file is parsed only if its bytes could hold a gap: a dict row keyed 9 or 10 (after a
-# brace, a comma or a line start), or a comparison right after a capability-like name.
+# brace, a comma or a line start), or a capability-like name compared with 9 or 10.
 _ROW = re.compile(rb"(?:^|[{,])\s*(?:9|10)\s*:", re.MULTILINE)
 _GATE = re.compile(
-    rb"(?:apabilit\w*(?:\(\))?(?:\[0\])?|major)\s*(?:[=!]=|(?:not\s+)?in\b)", re.IGNORECASE
+    rb"(?:apabilit\w*(?:\(\))?(?:\[0\])?|major)\s*"
+    rb"(?:[=!]=\s*\(?\s*(?:9|10)\b|(?:not\s+)?in\s*[\[({][^\])}]{0,80}?\b(?:9|10)\b)",
+    re.IGNORECASE,
 )
 
 

@@ -155,6 +155,7 @@ def write(path: Path, text: str) -> None:
         ("if torch.cuda.get_device_capability()[0] == 10:\n    pass\n", "gate"),
         ("ok = self.device_capability != 9\n", "gate"),
         ("ok = compute_capability in (9, 10)\n", "gate"),
+        ("ok = get_device_capability()[0] not in (\n    9,\n    10,\n)\n", "gate"),
         ("ok = torch.cuda.get_device_capability() == (9, 0)\n", "gate"),
         ("ok = major == 10\n", "gate"),
         ("SIZES = {9: 1, 10: 2}\nx = SIZES[capability]\n", "table"),
