@@ -174,7 +174,7 @@ def _path_to(root: cst.CSTNode, target: cst.CSTNode) -> list[Step] | None:
 
 
 def method_names(node: cst.ClassDef) -> set[str]:
-    return {s.name.value for s in class_body(node) if isinstance(s, cst.FunctionDef)}
+    return set(methods(node))
 
 
 def methods(node: cst.ClassDef) -> dict[str, cst.FunctionDef]:
