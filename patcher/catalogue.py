@@ -155,6 +155,8 @@ def validate(patch: Patch) -> None:
         problems.append("id must be lower-case letters, digits and dashes")
     if not getattr(cls, "description", "") or "\n" in cls.description:
         problems.append("description must be one line")
+    if not getattr(cls, "symptom", "") or "\n" in cls.symptom:
+        problems.append("symptom must be one line: what a user sees without the patch")
     if not str(getattr(cls, "tested", "")):
         problems.append("tested must be a non-empty specifier set")
     if cls.fixed_upstream_in is not None and not isinstance(cls.fixed_upstream_in, Version):

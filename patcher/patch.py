@@ -53,6 +53,7 @@ class Patch(ABC):
     Subclasses declare, as class attributes:
       id                 stable identifier used in the ledger and on the command line
       description        one line: what it changes and why
+      symptom            one line: what a capability-12 (or model) user sees without it
       tested             the releases it has been tested on (a PEP 440 specifier)
       fixed_upstream_in  the first release whose own code no longer needs it, if any
     and implement `target_file`, `transform` and `postcondition`.
@@ -60,6 +61,7 @@ class Patch(ABC):
 
     id: ClassVar[str]
     description: ClassVar[str]
+    symptom: ClassVar[str]
     tested: ClassVar[SpecifierSet]
     fixed_upstream_in: ClassVar[Version | None] = None
     # Where the catalogue found the patch ("built-in", a plugin's name or a folder); set on load.

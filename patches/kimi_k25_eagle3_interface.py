@@ -61,6 +61,10 @@ class KimiK25Eagle3Interface(Patch):
 
     id = "kimi-k25-eagle3-interface"
     description = "Kimi K2.5 exposes the EAGLE-3 target-model methods of its language model"
+    symptom = (
+        "EAGLE-3 on Kimi K2.5 fails at start-up: "
+        "KimiK25ForConditionalGeneration has no get_embed_and_head()"
+    )
     tested = SpecifierSet(">=0.5.3,<=0.5.23")
     fixed_upstream_in = Version("0.5.10")
 

@@ -43,6 +43,10 @@ class Sm120SymmMemSizes(Patch):
 
     id = "sm120-symm-mem-sizes"
     description = "symmetric-memory all-reduce sizes for capability 12 (RTX PRO 6000, 5090, GB10)"
+    symptom = (
+        "--enable-torch-symm-mem dies with KeyError: 12 (from 0.5.14: the communicator is "
+        "silently disabled)"
+    )
     tested = SpecifierSet(">=0.5.3,<=0.5.23")
 
     def target_file(self, release: Version) -> str | None:

@@ -55,6 +55,7 @@ class Sm120SymmMemTwoShot(Patch):
 
     id = "sm120-symm-mem-two-shot"
     description = "capability 12 takes the two-shot all-reduce kernel (no NVSwitch multicast)"
+    symptom = "--enable-torch-symm-mem dies with KeyError: 12 in all_reduce()"
     tested = SpecifierSet(">=0.5.3,<=0.5.23")
     fixed_upstream_in = Version("0.5.14")
 

@@ -74,15 +74,17 @@ def site_packages(release: str, dest: Path, files: Iterable[str] = ()) -> Path:
 
 
 def patch_targets(release: str) -> list[str]:
-    """The wheel members any built-in patch may touch on `release`."""
-    candidates = [
-        f"{COMMUNICATORS}/all_reduce_utils.py",
-        f"{COMMUNICATORS}/symm_mem.py",
-        f"{COMMUNICATORS}/torch_symm_mem.py",
-        "sglang/srt/models/kimi_k25.py",
-    ]
+    """The wheel members the built-in patches touch on `release` (read from the catalogue)."""
+    from packaging.version import Version
+
+    from sglpatch import catalogue
+
+    version = Version(release)
+    wanted = {
+        f"sglang/{path}" for patch in catalogue.load() if (path := patch.target_file(version))
+    }
     present = set(members(release, "sglang/srt/"))
-    return [c for c in candidates if c in present]
+    return sorted(wanted & present)
 
 
 def full_tree(release: str, dest: Path) -> Path:
