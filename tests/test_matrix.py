@@ -1,42 +1,48 @@
-"""Every release from 0.5.3 to the newest: apply, prove, exercise, revert byte-exact."""
+"""Every release from 0.5.3 to the newest: apply, prove, exercise, revert byte-exact.
+
+What each patch must do, and how its effect is proven, lives beside the patch's own tests:
+`tests/patches/test_<module>.py` defines
+
+- `matrix_expected(release) -> str`: "applied", "already upstream" or "not for this release",
+  read off the wheels by hand;
+- `matrix_effect(release, patched)`: asserts the patch's effect, given the patched wheel members
+  (keyed by wheel path, "sglang/srt/...") of a release where it was applied or is upstream;
+- optionally `matrix_symptom(release, pristine)`: asserts the bug is real on an unpatched release
+  where the patch applies.
+"""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from packaging.version import Version
 
-from sglpatch import api
-from sglpatch.patches.kimi_k25_eagle3_interface import CLASS, METHODS
-from tests import proofs, wheels
+from sglpatch import api, catalogue
+from tests import wheels
 from tests.conftest import snapshot
 
 pytestmark = pytest.mark.wheel
 
-SIZES = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
-KIMI = "sglang/srt/models/kimi_k25.py"
 
-
-def expected(release: Version) -> dict[str, str]:
-    """What each patch must do on `release`, read off the wheels by hand."""
+def _hooks() -> dict[str, ModuleType]:
     return {
-        "sm120-symm-mem-sizes": "applied",  # no release up to 0.5.23 has a row for 12
-        "sm120-symm-mem-two-shot": "applied" if release < Version("0.5.14") else "already upstream",
-        "kimi-k25-eagle3-interface": (
-            "not for this release" if release < Version("0.5.9")
-            else "applied" if release == Version("0.5.9")
-            else "already upstream"
-        ),
-    }  # fmt: skip
+        patch.id: importlib.import_module(
+            f"tests.patches.test_{type(patch).__module__.rsplit('.', 1)[1]}"
+        )
+        for patch in catalogue.load()
+    }
 
 
-def communicator(release: str) -> tuple[str, str]:
-    members = wheels.patch_targets(release)
-    torch_path = "sglang/srt/distributed/device_communicators/torch_symm_mem.py"
-    if torch_path in members:
-        return torch_path, "TorchSymmMemCommunicator"
-    return "sglang/srt/distributed/device_communicators/symm_mem.py", "SymmMemCommunicator"
+HOOKS = _hooks()
+
+
+def test_every_patch_declares_its_matrix_hooks() -> None:
+    for patch_id, module in HOOKS.items():
+        assert callable(getattr(module, "matrix_expected", None)), patch_id
+        assert callable(getattr(module, "matrix_effect", None)), patch_id
 
 
 @pytest.mark.parametrize("release", wheels.RELEASES)
@@ -44,25 +50,16 @@ def test_release(release: str, tmp_path: Path) -> None:
     version = Version(release)
     site = wheels.site_packages(release, tmp_path / "site", wheels.patch_targets(release))
     pristine = snapshot(site)
-    comm_path, comm_class = communicator(release)
-    table = (
-        "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES"
-        if b"TORCH_SYMM" in pristine[SIZES]
-        else "SYMM_MEM_ALL_REDUCE_MAX_SIZES"
-    )
+    expected = {patch_id: hooks.matrix_expected(version) for patch_id, hooks in HOOKS.items()}
 
-    # The bug is real on this release: capability 12 crashes (or, from 0.5.14, is turned away).
-    if version < Version("0.5.14"):
-        with pytest.raises(KeyError, match="12"):
-            proofs.communicator_run(pristine[comm_path], pristine[SIZES], comm_class, 12, 8)
-    else:
-        assert not proofs.communicator_run(
-            pristine[comm_path], pristine[SIZES], comm_class, 12, 8
-        ).enabled
+    # The bug is real on this release wherever a patch is due.
+    for patch_id, hooks in HOOKS.items():
+        if expected[patch_id] == "applied" and hasattr(hooks, "matrix_symptom"):
+            hooks.matrix_symptom(version, pristine)
 
     report = api.apply(site, None)
     states = {o.patch_id: o.state for o in report.outcomes}
-    assert states == expected(version)
+    assert states == expected
     # `list --release` predicts it without reading any file.
     outlooks = {row.id: row.outlook or "" for row in api.list_patches(release)}
     for patch_id, state in states.items():
@@ -72,21 +69,12 @@ def test_release(release: str, tmp_path: Path) -> None:
     assert touched == {o.file for o in report.outcomes if o.state == "applied"}
 
     # Exercise the result.
-    sizes = proofs.size_table(patched[SIZES], table)
-    assert sizes[12] == sizes[10]
-    run = proofs.communicator_run(patched[comm_path], patched[SIZES], comm_class, 12, 8)
-    assert run.enabled and run.kernel == "two_shot" and run.max_size == sizes[10][8]
-    assert (
-        proofs.communicator_run(patched[comm_path], patched[SIZES], comm_class, 10, 8).kernel
-        == "multimem"
-    )
-    if KIMI in patched:
-        calls = proofs.drive_eagle3_interface(proofs.model_methods(patched[KIMI], CLASS, METHODS))
-        assert calls["returned"] == ("embed", "head")
-        calls["language_model"].set_embed_and_head.assert_called_once_with("new-embed", "new-head")
+    for patch_id, hooks in HOOKS.items():
+        if expected[patch_id] != "not for this release":
+            hooks.matrix_effect(version, patched)
 
     statuses = {row.id: row.state for row in api.status(site).patches}
-    assert statuses == expected(version)
+    assert statuses == expected
 
     api.revert(site)
     assert snapshot(site) == pristine

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 from packaging.version import Version
 
@@ -11,6 +13,18 @@ from tests import proofs, wheels
 KIMI = "sglang/srt/models/kimi_k25.py"
 
 pytestmark = pytest.mark.wheel
+
+
+def matrix_expected(release: Version) -> str:
+    if release < Version("0.5.9"):
+        return "not for this release"  # Kimi K2.5 first ships in 0.5.9
+    return "applied" if release == Version("0.5.9") else "already upstream"
+
+
+def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
+    calls = proofs.drive_eagle3_interface(proofs.model_methods(patched[KIMI], CLASS, METHODS))
+    assert calls["returned"] == ("embed", "head")
+    calls["language_model"].set_embed_and_head.assert_called_once_with("new-embed", "new-head")
 
 
 def test_0_5_9_lacks_the_interface() -> None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 from packaging.version import Version
 
@@ -12,6 +14,23 @@ SIZES = f"{wheels.COMMUNICATORS}/all_reduce_utils.py"
 COMMUNICATOR = f"{wheels.COMMUNICATORS}/torch_symm_mem.py"
 
 pytestmark = pytest.mark.wheel
+
+
+def table_name(release: Version) -> str:
+    return (
+        "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES"
+        if release >= Version("0.5.4.post3")
+        else "SYMM_MEM_ALL_REDUCE_MAX_SIZES"
+    )
+
+
+def matrix_expected(release: Version) -> str:
+    return "applied"  # no release up to 0.5.23 has a row for 12
+
+
+def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
+    sizes = proofs.size_table(patched[SIZES], table_name(release))
+    assert sizes[12] == sizes[10]
 
 
 def test_capability_12_gets_the_sizes_of_10_and_nothing_else_changes() -> None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 from packaging.version import Version
 
@@ -8,12 +10,39 @@ from sglpatch.patches.sm120_symm_mem_sizes import Sm120SymmMemSizes
 from sglpatch.patches.sm120_symm_mem_two_shot import Sm120SymmMemTwoShot
 from sglpatch.results import AlreadyApplied, Applied
 from tests import proofs, wheels
+from tests.patches.test_sm120_symm_mem_sizes import table_name
 
 SIZES = f"{wheels.COMMUNICATORS}/all_reduce_utils.py"
 COMMUNICATOR = f"{wheels.COMMUNICATORS}/torch_symm_mem.py"
 MiB = proofs.MiB
 
 pytestmark = pytest.mark.wheel
+
+
+def communicator(release: Version) -> tuple[str, str]:
+    if release >= Version("0.5.4.post3"):
+        return COMMUNICATOR, "TorchSymmMemCommunicator"
+    return f"{wheels.COMMUNICATORS}/symm_mem.py", "SymmMemCommunicator"
+
+
+def matrix_expected(release: Version) -> str:
+    return "applied" if release < Version("0.5.14") else "already upstream"
+
+
+def matrix_symptom(release: Version, pristine: Mapping[str, bytes]) -> None:
+    """Unpatched, capability 12 dies with `KeyError: 12`."""
+    path, name = communicator(release)
+    with pytest.raises(KeyError, match="12"):
+        proofs.communicator_run(pristine[path], pristine[SIZES], name, 12, 8)
+
+
+def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
+    """Capability 12 all-reduces with two-shot and capability 10's size; 10 keeps multimem."""
+    path, name = communicator(release)
+    sizes = proofs.size_table(patched[SIZES], table_name(release))
+    run = proofs.communicator_run(patched[path], patched[SIZES], name, 12, 8)
+    assert run.enabled and run.kernel == "two_shot" and run.max_size == sizes[10][8]
+    assert proofs.communicator_run(patched[path], patched[SIZES], name, 10, 8).kernel == "multimem"
 
 
 def _patched(release: str) -> tuple[bytes, bytes]:
