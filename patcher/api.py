@@ -58,12 +58,19 @@ def apply(
     catalog: Path | None = None,
     only: Collection[str] | None = None,
     skip: Collection[str] = (),
+    record_skipped: bool = True,
 ) -> ApplyReport:
     """Apply every patch for the target's release (or those in `only`, less those in `skip`),
-    all or nothing, recording it first. The patches left out are recorded as skipped."""
+    all or nothing, recording it first.
+
+    With `record_skipped`, the patches left out are recorded as the user's choice (status shows
+    them as skipped, `status --check` does not count them); `apply --interactive` passes False,
+    since a patch it never asked about was not declined.
+    """
     target = find_target(target_path, parse_release(version) if version else None)
     release = _release(target)
     patches, untested, left_out = _patches_for(release, catalog, force, only, skip)
+    left_out = left_out if record_skipped else ()
     record = _record(target, ledger_dir)
     if dry_run:
         return _plan_apply(record, target, release, patches, untested, write=False, finished=None)

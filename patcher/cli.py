@@ -399,6 +399,7 @@ def apply(
         catalog=catalog,
         only=only,
         skip=skip,
+        record_skipped=not interactive,
     )
     if json_out:
         _emit(as_json.apply(report, dry_run))
