@@ -74,8 +74,11 @@ def _usage_message(error: Any) -> str:
     ctx = getattr(error, "ctx", None)
     if ctx is None:
         return message
-    path = " ".join(["sglpatch", *ctx.command_path.split()[1:]])  # whatever argv[0] was
-    return f"{message} (see {path} --help)"
+    names = []  # the subcommands; "sglpatch" whatever argv[0] was (python -m sglpatch, ...)
+    while ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return f"{message} (see {' '.join(['sglpatch', *reversed(names)])} --help)"
 
 
 def _refuse_version_before_command(args: list[str], ctx: Any) -> None:
@@ -88,7 +91,7 @@ def _refuse_version_before_command(args: list[str], ctx: Any) -> None:
     rest = [a for a in args[at + 1 :] if not a.startswith("-")]
     if not rest:
         return
-    commands = set(app_commands())
+    commands = set(ctx.command.commands)
     command = next((a for a in rest if a in commands), "apply")
     value = rest[0] if rest[0] not in commands else "V"
     raise click_errors.UsageError(
@@ -99,7 +102,8 @@ def _refuse_version_before_command(args: list[str], ctx: Any) -> None:
 
 
 def app_commands() -> list[str]:
-    return [c.name or "" for c in app.registered_commands]
+    """The names of sglpatch's commands."""
+    return list(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
 
 
 def _examples(*lines: str) -> str:
