@@ -11,6 +11,13 @@ from typer.testing import CliRunner
 from tests import wheels
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Let the first wheel download show its progress on the terminal, past pytest's capture."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        wheels.terminal = capture.global_and_fixture_disabled
+
+
 @pytest.fixture(autouse=True)
 def isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No test touches the real home, the user's git config, or an installed sglang.
