@@ -137,8 +137,9 @@ def discover() -> list[Found]:
        interpreter (never by guessing a `python3.X` folder);
     2. the interpreter running sglpatch, unless it is an isolated pipx environment;
     3. `python3` on `PATH`.
-    Interpreters are told apart by `sys.prefix`: two virtual environments made from one Python
-    share a resolved executable, so comparing executables would skip the user's environment.
+    No interpreter is skipped for looking like this one: two virtual environments made from one
+    Python share a resolved executable (comparing executables once hid the user's environment).
+    Each is asked and names itself by its `sys.prefix`; answers are merged by sglang folder.
     """
     import shutil
 
