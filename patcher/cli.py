@@ -319,13 +319,23 @@ def _ids(values: list[str] | None) -> list[str]:
     return [i.strip() for value in values or () for i in value.split(",") if i.strip()]
 
 
-def _command(*words: str, target: Path | None = None, ledger: Path | None = None) -> str:
-    """A command to run next, carrying the --target and --ledger the user typed."""
+def _command(
+    *words: str, target: Path | None = None, ledger: Path | None = None, **options: object
+) -> str:
+    """A command to run next, carrying the --target, --ledger and `options` the user typed.
+
+    `options` map a flag's name to its value: True for a bare flag, a list for one given per id.
+    """
     line = ["sglpatch", *words]
-    if target is not None:
-        line += ["--target", shlex.quote(str(target))]
-    if ledger is not None:
-        line += ["--ledger", shlex.quote(str(ledger))]
+    given: dict[str, object] = {"target": target, "ledger": ledger, **options}
+    for name, value in given.items():
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            line.append(flag)
+        elif isinstance(value, list):
+            line += [flag, shlex.quote(",".join(value))] if value else []
+        elif value not in (None, False):
+            line += [flag, shlex.quote(str(value))]
     return " ".join(line)
 
 
@@ -429,7 +439,17 @@ def apply(
             typer.echo(_diff(report.diff), nl=False, color=_colour())
         typer.echo(
             f"Dry run: {len(report.changed)} file(s) would change; nothing was written. "
-            f"Apply: {_command('apply', target=target, ledger=ledger)}",
+            "Apply: "
+            + _command(
+                "apply",
+                target=target,
+                ledger=ledger,
+                version=version,
+                force=force,
+                only=only,
+                skip=skip,
+                catalog=catalog,
+            ),
             err=True,
         )
     elif report.written and report.changed:
@@ -575,7 +595,7 @@ def _check(target: Path | None, ledger: Path | None, catalog: Path | None, json_
         )
         _error(
             f"not in place on SGLang {found.release} at {found.root}: {missing}{skipped}; "
-            f"run {_command('apply', target=target, ledger=ledger)}"
+            f"run {_command('apply', target=target, ledger=ledger, catalog=catalog)}"
         )
         raise typer.Exit(ExitCode.NOT_IN_PLACE)
 

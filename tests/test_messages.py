@@ -94,12 +94,17 @@ def test_hints_carry_the_target_and_ledger_typed_and_work(
     site = wheels.site_packages("0.5.9", tmp_path / "my site", wheels.patch_targets("0.5.9"))
     ledger = tmp_path / "my ledger"
     pristine = snapshot(site)
-    code, _, err = invoke(runner, ["apply", "--dry-run", "-t", str(site), "--ledger", str(ledger)])
+    kimi = "kimi-k25-eagle3-interface"
+    typed = ["-t", str(site), "--ledger", str(ledger), "-V", "0.5.9", "--skip", kimi]
+    code, _, err = invoke(runner, ["apply", "--dry-run", *typed])
     assert code == 0, err
     hint = err.strip().splitlines()[-1].split("Apply: ")[1]
-    assert hint == f"sglpatch apply --target '{site}' --ledger '{ledger}'"
+    assert (
+        hint
+        == f"sglpatch apply --target '{site}' --ledger '{ledger}' --version 0.5.9 --skip {kimi}"
+    )
     code, out, err = invoke(runner, shlex.split(hint)[1:])  # run the hint as a shell would
-    assert code == 0 and "Patched 3 file(s)" in out, err
+    assert code == 0 and "Patched 2 file(s)" in out, err
     undo = out.strip().splitlines()[-1].split("Undo: ")[1]
     assert undo == f"sglpatch revert --target '{site}' --ledger '{ledger}'"
     code, _, err = invoke(runner, shlex.split(undo)[1:])
