@@ -323,8 +323,13 @@ def check(
     export, or upstream). Patches the user skipped on this release do not count; nothing is
     written.
     """
-    target = find_target(target_path, None)
-    release = _release(target)
+    target = find_target(target_path, None, required=False)
+    release = target.release
+    if release is None:  # status takes no --version: say what is missing instead
+        raise UsageError(
+            f"cannot tell which SGLang release {target.root} is (no dist-info, version file or "
+            "release tag), so which patches it needs"
+        )
     record = _record(target, ledger_dir)
     state = record.state()
     same = state.release == str(release)

@@ -7,6 +7,7 @@ from the wheel cache (`--no-deps --no-index`: never from the network).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -207,6 +208,8 @@ def test_the_first_found_is_used_and_the_others_named_in_one_line(
     )
     _, out, _ = status(runner)
     assert f"found:   by $VIRTUAL_ENV at {envs.venv}; also found {_site(envs.conda)}" in out
+    data = json.loads(status(runner, "--json")[1])
+    assert data["found_by"] == f"$VIRTUAL_ENV at {envs.venv}" and len(data["also_found"]) == 2
 
 
 def test_this_python_comes_before_python3_on_path(envs: Envs, site_059: Path) -> None:

@@ -132,6 +132,14 @@ def test_check_fails_until_applied_and_after_a_reinstall(runner: CliRunner, site
     assert sorted(data["in_place"]) == [KIMI, TWO_SHOT]
 
 
+def test_check_needs_the_release(runner: CliRunner, site_059: Path) -> None:
+    for info in site_059.glob("sglang-*.dist-info"):
+        (info / "METADATA").unlink()
+    (site_059 / "sglang" / "_version.py").unlink()
+    code, out, err = check(runner, site_059)
+    assert code == ExitCode.USAGE and out == "" and "cannot tell which SGLang release" in err
+
+
 def test_check_reads_the_files_not_only_the_ledger(
     runner: CliRunner, site_059: Path, tmp_path: Path
 ) -> None:
