@@ -5,100 +5,21 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
 import typer
-from typer.core import TyperGroup
 
 from sglpatch import __version__, api, as_json
 from sglpatch.errors import ExitCode, SglpatchError, UsageError
 from sglpatch.results import AlreadyApplied, Failed, NotApplicable, Outcome
+from sglpatch.usage import Group, examples
 
 if TYPE_CHECKING:
     from sglpatch.target import Target
-
-try:  # typer 0.26 and later carry their own copy of click
-    from typer._click import exceptions as click_errors
-except ImportError:  # pragma: no cover - older typer uses click itself
-    from click import exceptions as click_errors  # type: ignore[no-redef,import-not-found,unused-ignore]
-
-
-class _Group(TyperGroup):
-    """typer's group, with click's usage errors as sglpatch's one-line errors."""
-
-    def main(  # type: ignore[override]
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        **extra: Any,
-    ) -> Any:
-        try:
-            result = super().main(
-                args=args,
-                prog_name=prog_name,
-                complete_var=complete_var,
-                standalone_mode=False,
-                **extra,
-            )
-            code = result if isinstance(result, int) else 0
-        except click_errors.ClickException as error:
-            if type(error).__name__ == "NoArgsIsHelpError":  # bare `sglpatch`: the help
-                error.show()
-            else:
-                _error(_usage_message(error))
-            code = error.exit_code
-        except typer.Abort:
-            _error("aborted")
-            code = ExitCode.REFUSED
-        if standalone_mode:
-            sys.exit(code)
-        return code
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        if not ctx.resilient_parsing:
-            _refuse_version_before_command(args, ctx)
-        return list(super().parse_args(ctx, args))
-
-
-def _usage_message(error: Any) -> str:
-    """click's message on one line, its suggestion kept, and where the help is."""
-    message = " ".join(str(error.format_message()).split())
-    message = re.sub(r" \(Possible options: (.+)\)$", r"; did you mean \1?", message)
-    ctx = getattr(error, "ctx", None)
-    if ctx is None:
-        return message
-    names = []  # the subcommands; "sglpatch" whatever argv[0] was (python -m sglpatch, ...)
-    while ctx.parent is not None:
-        names.append(ctx.info_name)
-        ctx = ctx.parent
-    return f"{message} (see {' '.join(['sglpatch', *reversed(names)])} --help)"
-
-
-def _refuse_version_before_command(args: list[str], ctx: Any) -> None:
-    """`sglpatch --version 0.5.9 apply` would print sglpatch's version and run nothing."""
-    if "--version" not in args:
-        return
-    at = args.index("--version")
-    if any(not a.startswith("-") for a in args[:at]):
-        return  # after the command: the command's own --version
-    rest = [a for a in args[at + 1 :] if not a.startswith("-")]
-    if not rest:
-        return
-    commands = set(ctx.command.commands)
-    command = next((a for a in rest if a in commands), "apply")
-    value = rest[0] if rest[0] not in commands else "V"
-    raise click_errors.UsageError(
-        "--version before a command shows sglpatch's own version and runs nothing; to check "
-        f"the SGLang release, put it after the command: sglpatch {command} --version {value}",
-        ctx,
-    )
 
 
 def app_commands() -> list[str]:
@@ -106,20 +27,15 @@ def app_commands() -> list[str]:
     return list(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
 
 
-def _examples(*lines: str) -> str:
-    """An epilog for `--help`: example command lines, kept as written (click's \\b)."""
-    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
-
-
 app = typer.Typer(
     name="sglpatch",
-    cls=_Group,
+    cls=Group,
     add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
-    epilog=_examples(
+    epilog=examples(
         "sglpatch apply --dry-run       # the diff for the SGLang in use",
         "sglpatch status --check        # exit 1 unless every patch is in place",
     ),
@@ -353,7 +269,7 @@ IdsOption = Optional[list[str]]  # noqa: UP045
 
 
 @app.command(
-    epilog=_examples(
+    epilog=examples(
         "sglpatch apply --dry-run > sm120.diff      # see the diff; write nothing",
         "sglpatch apply --target ~/venvs/sglang --skip kimi-k25-eagle3-interface",
     )
@@ -494,7 +410,7 @@ def _ask(question: str) -> str:
 
 
 @app.command(
-    epilog=_examples(
+    epilog=examples(
         "sglpatch revert                       # the SGLang that apply found",
         "sglpatch revert --target /sgl-workspace/sglang --force",
     )
@@ -532,7 +448,7 @@ def revert(
 
 
 @app.command(
-    epilog=_examples(
+    epilog=examples(
         "sglpatch status",
         "sglpatch status --check || exit 1    # in a container entrypoint or a CI job",
     )
@@ -600,7 +516,7 @@ def _check(target: Path | None, ledger: Path | None, catalog: Path | None, json_
         raise typer.Exit(ExitCode.NOT_IN_PLACE)
 
 
-@app.command(epilog=_examples("sglpatch log", "sglpatch log --json --target ~/venvs/sglang"))
+@app.command(epilog=examples("sglpatch log", "sglpatch log --json --target ~/venvs/sglang"))
 @handled
 def log(
     target: TargetOption = None, ledger: LedgerOption = None, json_out: JsonOption = False
@@ -620,7 +536,7 @@ def log(
 
 @app.command(
     "list",
-    epilog=_examples(
+    epilog=examples(
         "sglpatch list",
         "sglpatch list --release 0.5.12       # what apply would do there, grouped by effect",
     ),
@@ -671,7 +587,7 @@ def _catalogue_row(row: api.CatalogueRow, indent: str = "") -> None:
 
 
 @app.command(
-    epilog=_examples(
+    epilog=examples(
         "sglpatch export --version 0.5.9 --output sm120.patch",
         "sglpatch export --version 0.5.9 --output - | less",
     )
@@ -703,7 +619,7 @@ def export(
 
 
 @app.command(
-    epilog=_examples(
+    epilog=examples(
         "sglpatch doctor",
         "sglpatch doctor --model kimi_k25 --json",
     )
