@@ -15,6 +15,7 @@ from sglpatch.patch import Patch
 from sglpatch.reports import (
     ApplyReport,
     CatalogueRow,
+    CheckReport,
     DoctorReport,
     ExportReport,
     PatchStatus,
@@ -22,12 +23,13 @@ from sglpatch.reports import (
     RevertReport,
     StatusReport,
 )
-from sglpatch.results import Applied, Outcome
+from sglpatch.results import AlreadyApplied, Applied, Failed, NotApplicable, Outcome
 from sglpatch.target import Target, find_target, parse_release
 
 __all__ = [
     "ApplyReport",
     "CatalogueRow",
+    "CheckReport",
     "DoctorReport",
     "ExportReport",
     "PatchStatus",
@@ -35,6 +37,7 @@ __all__ = [
     "RevertReport",
     "StatusReport",
     "apply",
+    "check",
     "diagnose",
     "export",
     "list_patches",
@@ -54,32 +57,57 @@ def apply(
     force: bool = False,
     catalog: Path | None = None,
     only: Collection[str] | None = None,
+    skip: Collection[str] = (),
+    record_skipped: bool = True,
 ) -> ApplyReport:
-    """Apply every patch for the target's release (or those in `only`), all or nothing,
-    recording it first."""
+    """Apply every patch for the target's release (or those in `only`, less those in `skip`),
+    all or nothing, recording it first.
+
+    With `record_skipped`, the patches left out are recorded as the user's choice (status shows
+    them as skipped, `status --check` does not count them); `apply --interactive` passes False,
+    since a patch it never asked about was not declined.
+    """
     target = find_target(target_path, parse_release(version) if version else None)
     release = _release(target)
-    patches, untested = _patches_for(release, catalog, force, only)
+    patches, untested, left_out = _patches_for(release, catalog, force, only, skip)
+    left_out = left_out if record_skipped else ()
     record = _record(target, ledger_dir)
     if dry_run:
         return _plan_apply(record, target, release, patches, untested, write=False, finished=None)
     with record.locked():
         finished = journal.finish_interrupted(record, target)
         return _plan_apply(
-            record, target, release, patches, untested, write=True, finished=finished
+            record,
+            target,
+            release,
+            patches,
+            untested,
+            write=True,
+            finished=finished,
+            left_out=left_out,
         )
 
 
 def _patches_for(
-    release: Version, catalog: Path | None, force: bool, only: Collection[str] | None = None
-) -> tuple[list[Patch], tuple[str, ...]]:
-    """The catalogue to run, refusing a release outside a patch's tested range unless forced."""
+    release: Version,
+    catalog: Path | None,
+    force: bool,
+    only: Collection[str] | None = None,
+    skip: Collection[str] = (),
+) -> tuple[list[Patch], tuple[str, ...], tuple[str, ...]]:
+    """The catalogue to run, refusing a release outside a patch's tested range unless forced;
+    and the ids that `only` and `skip` left out."""
     patches = catalogue.load(catalog)
-    if only is not None:
-        unknown = set(only) - {p.id for p in patches}
-        if unknown:
-            raise UsageError(f"no patch called {', '.join(sorted(unknown))} in the catalogue")
-        patches = [p for p in patches if p.id in only]
+    known = [p.id for p in patches]
+    unknown = (set(only or ()) | set(skip)) - set(known)
+    if unknown:
+        raise UsageError(
+            f"no patch called {', '.join(sorted(unknown))} in the catalogue; "
+            f"known: {', '.join(sorted(known))}"
+        )
+    chosen = [p for p in patches if (only is None or p.id in only) and p.id not in skip]
+    left_out = tuple(p.id for p in patches if p not in chosen)
+    patches = chosen
     untested = tuple(p.id for p in patches if not p.is_tested(release))
     if untested and not force:
         ranges = "; ".join(f"{p.id}: {p.tested}" for p in patches if p.id in untested)
@@ -87,7 +115,7 @@ def _patches_for(
             f"SGLang {release} is outside the tested releases ({ranges}); "
             "--force runs the codemods anyway"
         )
-    return patches, untested
+    return patches, untested, left_out
 
 
 def _plan_apply(
@@ -99,6 +127,7 @@ def _plan_apply(
     *,
     write: bool,
     finished: journal.Change | None,
+    left_out: tuple[str, ...] = (),
 ) -> ApplyReport:
     state = record.state()
     ours = state.patches if state.release == str(release) else []
@@ -106,12 +135,16 @@ def _plan_apply(
     text = "".join(diff.unified(c.path, c.before, c.after) for c in plan.changes)
     changed = tuple(c.path for c in plan.changes)
     commit = None
-    if write and plan.changes and not plan.failures:
+    after = _applied_state(state, release, plan.outcomes, plan.changes, left_out)
+    # A new choice to skip is recorded even when no file changes, unless the record holds
+    # another release's files (an upgrade), which only a real apply may start afresh.
+    newly_skipped = after.skipped != state.skipped and state.release in (None, str(release))
+    if write and (plan.changes or newly_skipped) and not plan.failures:
         patch_ids = [p for c in plan.changes for p in c.patch_ids]
         change = journal.Change(
             "apply",
-            _message("apply", target, release, patch_ids),
-            _applied_state(state, release, plan.outcomes, plan.changes),
+            _message("apply", target, release, patch_ids, after.skipped),
+            after,
             {
                 **{f"original/{c.path}": c.before for c in plan.changes},
                 **{f"patched/{c.path}": c.after for c in plan.changes},
@@ -137,8 +170,13 @@ def _applied_state(
     release: Version,
     outcomes: tuple[Outcome, ...],
     changes: tuple[engine.FileChange, ...],
+    left_out: tuple[str, ...] = (),
 ) -> State:
-    """The state after this apply; a record from another release (an upgrade) starts afresh."""
+    """The state after this apply; a record from another release (an upgrade) starts afresh.
+
+    Skipped: what earlier applies on this release left out, plus what this one left out,
+    less what is ours now.
+    """
     same = state.release == str(release)
     files = dict(state.files) if same else {}
     for change in changes:
@@ -153,7 +191,8 @@ def _applied_state(
         )
     ours = set(state.patches) if same else set()
     ours |= {o.patch_id for o in outcomes if isinstance(o, Applied)}
-    return State(str(release), sorted(ours), files)
+    skipped = (set(state.skipped) if same else set()) | set(left_out)
+    return State(str(release), sorted(ours), files, sorted(skipped - ours))
 
 
 def revert(
@@ -268,8 +307,54 @@ def _status_of(patch: Patch, target: Target, state: State) -> PatchStatus:
         return PatchStatus(
             patch.id, "already upstream", path, f"fixed in {patch.fixed_upstream_in}"
         )
+    if patch.id in state.skipped and state.release == str(release):
+        return PatchStatus(patch.id, "skipped", path, "left out by choice (apply --skip/--only)")
     note = "" if patch.is_tested(release) else f"untested on {release} (tested: {patch.tested})"
     return PatchStatus(patch.id, "not applied", path, note)
+
+
+def check(
+    target_path: Path | None, ledger_dir: Path | None = None, catalog: Path | None = None
+) -> CheckReport:
+    """Whether every patch meant for the target's release is in place (`status --check`).
+
+    Judged from the files themselves, by running each codemod in memory: a patch is in place when
+    its codemod finds its change already there (written by sglpatch, by `patch -p1` from an
+    export, or upstream). Patches the user skipped on this release do not count; nothing is
+    written.
+    """
+    target = find_target(target_path, None, required=False)
+    release = target.release
+    if release is None:  # status takes no --version: say what is missing instead
+        raise UsageError(
+            f"cannot tell which SGLang release {target.root} is (no dist-info, version file or "
+            "release tag), so which patches it needs"
+        )
+    record = _record(target, ledger_dir)
+    state = record.state()
+    same = state.release == str(release)
+    skipped = set(state.skipped) if same else set()
+    patches = [p for p in catalogue.load(catalog) if p.id not in skipped]
+    plan = engine.plan(target, patches, release, state.patches if same else ())
+    in_place, missing, not_needed = [], [], []
+    for patch, outcome in zip(patches, plan.outcomes, strict=True):
+        if isinstance(outcome, AlreadyApplied):
+            in_place.append(patch.id)
+        elif isinstance(outcome, NotApplicable):
+            not_needed.append(patch.id)
+        else:
+            untested = "" if patch.is_tested(release) else f"; untested on {release}"
+            why = outcome.reason if isinstance(outcome, Failed) else "not applied"
+            file = outcome.file if isinstance(outcome, (Applied, Failed)) else None
+            missing.append(PatchStatus(patch.id, "not applied", file, why + untested))
+    return CheckReport(
+        target,
+        record.directory,
+        tuple(in_place),
+        tuple(missing),
+        tuple(sorted(skipped)),
+        tuple(not_needed),
+    )
 
 
 def log(target_path: Path | None, ledger_dir: Path | None = None) -> tuple[Record, list[Entry]]:
@@ -293,16 +378,16 @@ def _row(patch: Patch, release: Version | None) -> CatalogueRow:
         )
     package_path = patch.target_file(release)
     if not patch.is_tested(release):
-        outlook = f"refused: untested on {release} (--force runs it)"
+        effect, outlook = "refused", f"refused: untested on {release} (--force runs it)"
     elif package_path is None:
-        outlook = "not for this release"
+        effect = outlook = "not for this release"
     elif patch.fixed_upstream(release):
-        outlook = f"already upstream (fixed in {fixed})"
+        effect, outlook = "already upstream", f"already upstream (fixed in {fixed})"
     else:
-        outlook = "applies"
+        effect = outlook = "applies"
     file = f"sglang/{package_path}" if package_path else None
     return CatalogueRow(
-        patch.id, patch.description, str(patch.tested), fixed, patch.origin, file, outlook
+        patch.id, patch.description, str(patch.tested), fixed, patch.origin, file, outlook, effect
     )
 
 
@@ -322,14 +407,21 @@ def _read(path: Path) -> bytes | None:
         return None
 
 
-def _message(action: str, target: Target, release: Version | None, patch_ids: list[str]) -> str:
+def _message(
+    action: str,
+    target: Target,
+    release: Version | None,
+    patch_ids: list[str],
+    skipped: list[str] | None = None,
+) -> str:
     ids = ", ".join(sorted(set(patch_ids))) or "-"
     return (
         f"{action}: {ids} (SGLang {release})\n\n"
         f"target: {target.root}\n"
         f"release: {release}\n"
         f"patches: {ids}\n"
-        f"sglpatch: {__version__}\n"
+        + (f"skipped: {', '.join(skipped)}\n" if skipped else "")
+        + f"sglpatch: {__version__}\n"
     )
 
 
@@ -362,7 +454,7 @@ def export(
     """
     target = find_target(target_path, parse_release(version))
     release = _release(target)
-    patches, _ = _patches_for(release, catalog, force)
+    patches, _, _ = _patches_for(release, catalog, force)
     record = _record(target, ledger_dir)
     state = record.state()
     pristine: dict[str, bytes] = {}
@@ -393,7 +485,7 @@ def preview(
     """Each patch on its own, with its diff: what `apply --interactive` asks about."""
     target = find_target(target_path, parse_release(version) if version else None)
     release = _release(target)
-    patches, _ = _patches_for(release, catalog, force)
+    patches, _, _ = _patches_for(release, catalog, force)
     state = _record(target, ledger_dir).state()
     ours = state.patches if state.release == str(release) else []
     previews = []

@@ -18,6 +18,8 @@ def _target(target: Target) -> JSON:
         "layout": target.layout.value,
         "release": str(target.release) if target.release else None,
         "release_source": target.release_source,
+        "found_by": target.found_by,
+        "also_found": list(target.also_found),
     }
 
 
@@ -73,6 +75,18 @@ def status(report: api.StatusReport) -> JSON:
     }
 
 
+def check(report: api.CheckReport) -> JSON:
+    return {
+        **_target(report.target),
+        "ledger": str(report.ledger),
+        "ok": report.ok,
+        "in_place": list(report.in_place),
+        "missing": [{"id": m.id, "file": m.file, "reason": m.note} for m in report.missing],
+        "skipped": list(report.skipped),
+        "not_for_this_release": list(report.not_needed),
+    }
+
+
 def log(entries: list[Entry], record_directory: str) -> JSON:
     return {
         "ledger": record_directory,
@@ -93,7 +107,7 @@ def catalogue(rows: list[api.CatalogueRow], release: str | None) -> JSON:
                 "tested": r.tested,
                 "fixed_upstream_in": r.fixed_upstream_in,
                 "origin": r.origin,
-                **({"file": r.file, "outlook": r.outlook} if release else {}),
+                **({"file": r.file, "outlook": r.outlook, "effect": r.effect} if release else {}),
             }
             for r in rows
         ],

@@ -5,24 +5,40 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
 import typer
 
 from sglpatch import __version__, api, as_json
-from sglpatch.errors import ExitCode, SglpatchError
+from sglpatch.errors import ExitCode, SglpatchError, UsageError
 from sglpatch.results import AlreadyApplied, Failed, NotApplicable, Outcome
+from sglpatch.usage import Group, examples
+
+if TYPE_CHECKING:
+    from sglpatch.target import Target
+
+
+def app_commands() -> list[str]:
+    """The names of sglpatch's commands."""
+    return list(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+
 
 app = typer.Typer(
     name="sglpatch",
+    cls=Group,
     add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=examples(
+        "sglpatch apply --dry-run       # the diff for the SGLang in use",
+        "sglpatch status --check        # exit 1 unless every patch is in place",
+    ),
 )
 
 # typer needs Optional[...] at run time on Python 3.10 for these annotations.
@@ -31,8 +47,9 @@ TargetOption = Annotated[
     typer.Option(
         "--target",
         "-t",
-        help="site-packages holding sglang/, the sglang package folder, or a checkout of the "
-        "sglang repository. Default: the sglang this Python imports, else python3 on PATH.",
+        help="site-packages holding sglang/, the sglang package folder, a virtual or conda "
+        "environment's root, or a checkout of the sglang repository. Default: the sglang of "
+        "$VIRTUAL_ENV, else $CONDA_PREFIX, else this Python's, else python3's on PATH.",
         show_default=False,
     ),
 ]
@@ -54,7 +71,12 @@ CatalogOption = Annotated[
         show_default=False,
     ),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object (README).")]
+JsonOption = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print one JSON object; its keys are in the README, section 'JSON'."
+    ),
+]
 ForceApply = Annotated[
     bool, typer.Option("--force", help="Run on a release outside the patches' tested range.")
 ]
@@ -148,7 +170,9 @@ def _diff(text: str) -> str:
 
 STATE_COLOURS = {
     "applied": "green",
+    "would apply": "green",
     "already applied": "green",
+    "skipped": "yellow",
     "already upstream": "blue",
     "not for this release": "white",
     "not applied": "yellow",
@@ -206,7 +230,50 @@ def _root(
     """
 
 
-@app.command()
+def _ids(values: list[str] | None) -> list[str]:
+    """`--only a,b --only c` as [a, b, c]."""
+    return [i.strip() for value in values or () for i in value.split(",") if i.strip()]
+
+
+def _command(
+    *words: str, target: Path | None = None, ledger: Path | None = None, **options: object
+) -> str:
+    """A command to run next, carrying the --target, --ledger and `options` the user typed.
+
+    `options` map a flag's name to its value: True for a bare flag, a list for one given per id.
+    """
+    line = ["sglpatch", *words]
+    given: dict[str, object] = {"target": target, "ledger": ledger, **options}
+    for name, value in given.items():
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            line.append(flag)
+        elif isinstance(value, list):
+            line += [flag, shlex.quote(",".join(value))] if value else []
+        elif value not in (None, False):
+            line += [flag, shlex.quote(str(value))]
+    return " ".join(line)
+
+
+def _found(target: Target) -> None:
+    """Say which SGLang discovery chose when it saw several (one line, on stderr)."""
+    if target.also_found:
+        typer.echo(
+            f"sglpatch: using {target.root} ({target.found_by}); also found "
+            f"{', '.join(target.also_found)}; --target chooses",
+            err=True,
+        )
+
+
+IdsOption = Optional[list[str]]  # noqa: UP045
+
+
+@app.command(
+    epilog=examples(
+        "sglpatch apply --dry-run > sm120.diff      # see the diff; write nothing",
+        "sglpatch apply --target ~/venvs/sglang --skip kimi-k25-eagle3-interface",
+    )
+)
 @handled
 def apply(
     version: VersionOption = None,
@@ -222,18 +289,47 @@ def apply(
         ),
     ] = False,
     force: ForceApply = False,
+    only_ids: Annotated[
+        IdsOption,
+        typer.Option(
+            "--only",
+            metavar="ID[,ID]",
+            help="Apply only these patches; the others are recorded as skipped.",
+            show_default=False,
+        ),
+    ] = None,
+    skip_ids: Annotated[
+        IdsOption,
+        typer.Option(
+            "--skip",
+            metavar="ID[,ID]",
+            help="Leave these patches out, and record that (status shows them as skipped).",
+            show_default=False,
+        ),
+    ] = None,
     catalog: CatalogOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Apply the patches tested for the target's release, all or nothing."""
-    only = None
+    only: list[str] | None = _ids(only_ids) if only_ids is not None else None
+    skip = _ids(skip_ids)
     if interactive:
+        if only is not None or skip:
+            raise UsageError("--interactive asks about each patch itself; drop --only/--skip")
         only = _choose(api.preview(target, version, ledger, force=force, catalog=catalog))
         if not only:
             typer.echo("No patch chosen; nothing was written.")
             return
     report = api.apply(
-        target, version, ledger, dry_run=dry_run, force=force, catalog=catalog, only=only
+        target,
+        version,
+        ledger,
+        dry_run=dry_run,
+        force=force,
+        catalog=catalog,
+        only=only,
+        skip=skip,
+        record_skipped=not interactive,
     )
     if json_out:
         _emit(as_json.apply(report, dry_run))
@@ -243,25 +339,43 @@ def apply(
     err = dry_run  # a dry run's stdout is the diff alone, so it can be saved as a patch file
     if report.finished:
         typer.echo(f"Finished an interrupted {report.finished} first.", err=True)
-    where = f"SGLang {report.target.release} at {report.target.root} ({report.target.layout.value})"
-    typer.echo(where, err=err)
+    found = report.target
+    how = f"; found by {found.found_by}" if found.found_by else ""
+    typer.echo(f"SGLang {found.release} at {found.root} ({found.layout.value}{how})", err=err)
+    _found(found)
     if report.untested:
         typer.echo(f"  --force: running untested patches {', '.join(report.untested)}", err=True)
     for outcome in report.outcomes:
-        _row(outcome.state, outcome.patch_id, _describe(outcome), err=err)
+        # a dry run applies nothing: its summary says what would happen
+        state = "would apply" if dry_run and outcome.state == "applied" else outcome.state
+        _row(state, outcome.patch_id, _describe(outcome), err=err)
     _fail_on(report.failures)
     if dry_run:
         if report.diff:
             typer.echo(_diff(report.diff), nl=False, color=_colour())
         typer.echo(
-            f"Dry run: {len(report.changed)} file(s) would change; nothing was written.", err=True
+            f"Dry run: {len(report.changed)} file(s) would change; nothing was written. "
+            "Apply: "
+            + _command(
+                "apply",
+                target=target,
+                ledger=ledger,
+                version=version,
+                force=force,
+                only=only,
+                skip=skip,
+                catalog=catalog,
+            ),
+            err=True,
         )
-    elif report.written:
+    elif report.written and report.changed:
         commit = report.commit[:10] if report.commit else "?"
         typer.echo(
             f"Patched {len(report.changed)} file(s); recorded in {report.ledger} "
-            f"(commit {commit}). Undo: sglpatch revert"
+            f"(commit {commit}). Undo: {_command('revert', target=target, ledger=ledger)}"
         )
+    elif report.written:
+        typer.echo(f"No file changed; recorded the patches left out as skipped in {report.ledger}.")
     else:
         typer.echo("Nothing to do: every patch for this release is in place or not needed.")
 
@@ -295,7 +409,12 @@ def _ask(question: str) -> str:
         return "q"
 
 
-@app.command()
+@app.command(
+    epilog=examples(
+        "sglpatch revert                       # the SGLang that apply found",
+        "sglpatch revert --target /sgl-workspace/sglang --force",
+    )
+)
 @handled
 def revert(
     target: TargetOption = None,
@@ -313,6 +432,7 @@ def revert(
     if json_out:
         _emit(as_json.revert(report))
         return
+    _found(report.target)
     if report.finished:
         typer.echo(f"Finished an interrupted {report.finished} first.", err=True)
     if not report.restored and not report.untouched:
@@ -327,15 +447,31 @@ def revert(
     typer.echo(f"Reverted {len(report.restored)} file(s); recorded in {report.ledger}.")
 
 
-@app.command()
+@app.command(
+    epilog=examples(
+        "sglpatch status",
+        "sglpatch status --check || exit 1    # in a container entrypoint or a CI job",
+    )
+)
 @handled
 def status(
     target: TargetOption = None,
     ledger: LedgerOption = None,
     catalog: CatalogOption = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Print one line; exit 1 if a patch meant for the target's release is not in "
+            "place (after a reinstall or an upgrade), 0 if all are. Skipped patches do not count.",
+        ),
+    ] = False,
     json_out: JsonOption = False,
 ) -> None:
     """Show the target, its release, the ledger, and each patch's state."""
+    if check:
+        _check(target, ledger, catalog, json_out)
+        return
     report = api.status(target, ledger, catalog)
     if json_out:
         _emit(as_json.status(report))
@@ -343,17 +479,44 @@ def status(
     found = report.target
     source = f" (from {found.release_source})" if found.release_source else ""
     typer.echo(f"target:  {found.root} ({found.layout.value})")
+    if found.found_by:
+        also = f"; also found {', '.join(found.also_found)}" if found.also_found else ""
+        typer.echo(f"found:   by {found.found_by}{also}")
     typer.echo(f"release: {found.release or 'unknown'}{source}")
     typer.echo(f"ledger:  {report.ledger}")
     if report.interrupted:
+        again = _command("apply", target=target, ledger=ledger)
         typer.echo(
-            f"pending: an interrupted {report.interrupted}; the next apply or revert finishes it"
+            f"pending: an interrupted {report.interrupted}; the next apply or revert finishes "
+            f"it (e.g. {again})"
         )
     for row in report.patches:
         _row(row.state, row.id, " - ".join(x for x in (row.file, row.note) if x))
 
 
-@app.command()
+def _check(target: Path | None, ledger: Path | None, catalog: Path | None, json_out: bool) -> None:
+    report = api.check(target, ledger, catalog)
+    if json_out:
+        _emit(as_json.check(report))
+    found = report.target
+    skipped = f"; skipped by choice: {', '.join(report.skipped)}" if report.skipped else ""
+    if report.ok and not json_out:
+        typer.echo(
+            f"ok: {len(report.in_place)} patch(es) in place on SGLang {found.release} at "
+            f"{found.root}{skipped}"
+        )
+    elif not report.ok:
+        missing = ", ".join(
+            f"{m.id} ({m.note})" if m.note != "not applied" else m.id for m in report.missing
+        )
+        _error(
+            f"not in place on SGLang {found.release} at {found.root}: {missing}{skipped}; "
+            f"run {_command('apply', target=target, ledger=ledger, catalog=catalog)}"
+        )
+        raise typer.Exit(ExitCode.NOT_IN_PLACE)
+
+
+@app.command(epilog=examples("sglpatch log", "sglpatch log --json --target ~/venvs/sglang"))
 @handled
 def log(
     target: TargetOption = None, ledger: LedgerOption = None, json_out: JsonOption = False
@@ -363,6 +526,7 @@ def log(
     if json_out:
         _emit(as_json.log(entries, str(record.directory)))
         return
+    _found(record.target)
     if not entries:
         typer.echo(f"No history for {record.target.root} in {record.ledger.directory}.")
         return
@@ -370,7 +534,13 @@ def log(
         typer.echo(f"{entry.commit[:10]}  {entry.date}  {entry.summary}")
 
 
-@app.command("list")
+@app.command(
+    "list",
+    epilog=examples(
+        "sglpatch list",
+        "sglpatch list --release 0.5.12       # what apply would do there, grouped by effect",
+    ),
+)
 @handled
 def list_(
     release: Annotated[
@@ -385,16 +555,43 @@ def list_(
     if json_out:
         _emit(as_json.catalogue(rows, release))
         return
-    for row in rows:
-        fixed = f"; upstream since {row.fixed_upstream_in}" if row.fixed_upstream_in else ""
-        typer.echo(f"{row.id}  [{row.origin}]")
-        typer.echo(f"    {row.description}")
-        typer.echo(f"    tested: {row.tested}{fixed}")
-        if row.outlook is not None:
-            typer.echo(f"    on {release}: {row.outlook}" + (f" ({row.file})" if row.file else ""))
+    if release is None:
+        for row in rows:
+            _catalogue_row(row)
+        return
+    typer.echo(f"On SGLang {release}:")
+    for effect in EFFECTS:
+        group = [row for row in rows if row.effect == effect]
+        if group:
+            typer.echo(f"\n{EFFECTS[effect]} ({len(group)}):")
+        for row in group:
+            _catalogue_row(row, indent="  ")
+            typer.echo(
+                f"      on {release}: {row.outlook}" + (f" ({row.file})" if row.file else "")
+            )
 
 
-@app.command()
+EFFECTS = {
+    "applies": "applies",
+    "already upstream": "already upstream (nothing to do)",
+    "not for this release": "not for this release (the code it fixes is not there)",
+    "refused": "refused: untested on this release (apply --force runs them)",
+}
+
+
+def _catalogue_row(row: api.CatalogueRow, indent: str = "") -> None:
+    fixed = f"; upstream since {row.fixed_upstream_in}" if row.fixed_upstream_in else ""
+    typer.echo(f"{indent}{row.id}  [{row.origin}]")
+    typer.echo(f"{indent}    {row.description}")
+    typer.echo(f"{indent}    tested: {row.tested}{fixed}")
+
+
+@app.command(
+    epilog=examples(
+        "sglpatch export --version 0.5.9 --output sm120.patch",
+        "sglpatch export --version 0.5.9 --output - | less",
+    )
+)
 @handled
 def export(
     version: Annotated[
@@ -410,6 +607,7 @@ def export(
 ) -> None:
     """Write the patches as a unified diff for `git apply` or `patch -p1` at the target root."""
     report = api.export(target, version, output, ledger, force=force, catalog=catalog)
+    _found(report.target)
     _fail_on(report.failures)
     if output == "-":
         typer.echo(report.diff, nl=False)
@@ -420,7 +618,12 @@ def export(
     )
 
 
-@app.command()
+@app.command(
+    epilog=examples(
+        "sglpatch doctor",
+        "sglpatch doctor --model kimi_k25 --json",
+    )
+)
 @handled
 def doctor(
     target: TargetOption = None,

@@ -10,6 +10,7 @@ class ExitCode(IntEnum):
 
     OK = 0
     REFUSED = 1  # declined to protect something: edits, a mismatched or untested release, a lock
+    NOT_IN_PLACE = 1  # `status --check`: a patch meant for the release is not in place
     USAGE = 2  # the command line is wrong
     TARGET = 3  # the target is missing, not SGLang, or not in the shape a patch needs
     LEDGER = 4  # the ledger is unusable

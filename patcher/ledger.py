@@ -69,6 +69,8 @@ class State:
     release: str | None = None
     patches: list[str] = field(default_factory=list)
     files: dict[str, FileRecord] = field(default_factory=dict)
+    # Patches the user left out of an apply (--skip, --only, an interactive "n") on this release.
+    skipped: list[str] = field(default_factory=list)
 
     def to_json(self) -> bytes:
         return (json.dumps(asdict(self), indent=2, sort_keys=True) + "\n").encode()
@@ -76,7 +78,8 @@ class State:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> State:
         files = {path: FileRecord(**record) for path, record in data.get("files", {}).items()}
-        return cls(data.get("release"), list(data.get("patches", [])), files)
+        skipped = list(data.get("skipped", []))  # absent in ledgers from before --skip
+        return cls(data.get("release"), list(data.get("patches", [])), files, skipped)
 
 
 class Entry(NamedTuple):

@@ -57,6 +57,21 @@ class StatusReport(NamedTuple):
     interrupted: str | None = None  # an apply or revert killed half-way, finished by the next run
 
 
+class CheckReport(NamedTuple):
+    """`status --check`: is every patch meant for the target's release in place?"""
+
+    target: Target
+    ledger: Path
+    in_place: tuple[str, ...]  # present: applied by sglpatch, by hand, or upstream
+    missing: tuple[PatchStatus, ...]  # meant for this release and not there (note: why)
+    skipped: tuple[str, ...]  # left out by the user's choice; never a failure
+    not_needed: tuple[str, ...]  # not for this release
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing
+
+
 class CatalogueRow(NamedTuple):
     id: str
     description: str
@@ -65,6 +80,8 @@ class CatalogueRow(NamedTuple):
     origin: str
     file: str | None  # for `release`, if given
     outlook: str | None  # what apply would do on `release`, if given
+    # with `release`: applies, already upstream, not for this release or refused
+    effect: str | None = None
 
 
 class DoctorReport(NamedTuple):

@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
@@ -29,6 +30,8 @@ class Target:
     layout: Layout
     release: Version | None
     release_source: str | None
+    found_by: str | None = None  # how discovery found it when no --target was given
+    also_found: tuple[str, ...] = ()  # other SGLang installs discovery saw, each "path (how)"
 
     @property
     def package_dir(self) -> Path:
@@ -58,6 +61,12 @@ def find_target(path: Path | None, requested: Version | None, *, required: bool 
     `requested` is `--version`: if the target's own release differs, refuse and name both.
     With `required`, a release that is neither found nor given is a usage error.
     """
+    found_by: str | None = None
+    also: tuple[str, ...] = ()
+    if path is None:
+        first, *others = discover()
+        path, found_by = first.package, first.how
+        also = tuple(f"{o.package.parent} ({o.how})" for o in others)
     root, layout = _locate(path)
     found, source = detect_release(root, layout)
     if requested is not None and found is not None and requested != found:
@@ -69,21 +78,17 @@ def find_target(path: Path | None, requested: Version | None, *, required: bool 
         raise UsageError(f"cannot tell which SGLang release {root} is; pass --version")
     release = requested if found is None else found
     source = source if found is not None else ("--version" if requested else None)
-    return Target(root, layout, release, source)
+    return Target(root, layout, release, source, found_by, also)
 
 
-def _locate(path: Path | None) -> tuple[Path, Layout]:
-    if path is None:
-        package = _importable_sglang()
-        if package is None:
-            raise TargetError(
-                "no sglang importable by this interpreter or by python3 on PATH; pass --target"
-            )
-        return _classify(package.parent, given=package)
+def _locate(path: Path) -> tuple[Path, Layout]:
     if not path.exists():
         raise TargetError("no such file or directory", str(path))
     if not path.is_dir():
         raise TargetError("not a directory", str(path))
+    environment = _environment_package(path)
+    if environment is not None:
+        return _classify(environment.parent, given=path)
     return _classify(path.resolve(), given=path)
 
 
@@ -94,7 +99,8 @@ def _classify(folder: Path, given: Path) -> tuple[Path, Layout]:
     if (
         folder.name == "python"
         and _is_package(folder / "sglang")
-        and (folder.parent / ".git").exists()
+        # the repository's python/ folder, as an editable install of a checkout points at it
+        and ((folder.parent / ".git").exists() or (folder / "pyproject.toml").is_file())
     ):
         return folder.parent, Layout.CHECKOUT
     if _is_package(folder / "python" / "sglang"):
@@ -108,39 +114,141 @@ def _is_package(folder: Path) -> bool:
     return (folder / "__init__.py").is_file() and (folder / "srt").is_dir()
 
 
-_FIND_SPEC = (
-    "import importlib.util as u; s = u.find_spec('sglang'); "
+class Found(NamedTuple):
+    """An sglang package discovery saw, and how (which environment or interpreter)."""
+
+    package: Path
+    how: str
+
+
+# Asked of another interpreter: its prefix, then where it would import sglang from. `find_spec`
+# on a top-level name runs no package code, and it follows editable installs (`.pth` files and
+# setuptools' import hooks) to the checkout they point at.
+_ASK = (
+    "import importlib.util as u, sys; s = u.find_spec('sglang'); print(sys.prefix); "
     "print(s.submodule_search_locations[0] if s and s.submodule_search_locations else '')"
 )
 
 
-def _importable_sglang() -> Path | None:
-    """The sglang this interpreter would import; else the one `python3` on PATH would.
+def discover() -> list[Found]:
+    """Every distinct sglang that could be meant, most specific first; the first is used.
 
-    `find_spec` on a top-level name locates the package without running its `__init__`.
-    The PATH fallback lets a pipx-installed sglpatch find the user's virtual environment.
+    1. the active environment: `$VIRTUAL_ENV`, then `$CONDA_PREFIX`, asked through its own
+       interpreter (never by guessing a `python3.X` folder);
+    2. the interpreter running sglpatch, unless it is an isolated pipx environment;
+    3. `python3` on `PATH`.
+    No interpreter is skipped for looking like this one: two virtual environments made from one
+    Python share a resolved executable (comparing executables once hid the user's environment).
+    Each is asked and names itself by its `sys.prefix`; answers are merged by sglang folder.
     """
-    spec = importlib.util.find_spec("sglang")
-    if spec is not None and spec.submodule_search_locations:
-        return Path(next(iter(spec.submodule_search_locations)))
     import shutil
+
+    labels: list[str] = []
+    commands: list[list[str]] = []
+    for variable in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        prefix = os.environ.get(variable)
+        if prefix:
+            labels.append(f"${variable}")
+            commands.append([str(Path(prefix) / "bin" / "python"), "-c", _ASK])
+    python3 = shutil.which("python3")
+    if python3 is not None:
+        labels.append("python3 on PATH")
+        commands.append([python3, "-c", _ASK])
+    answers = _ask_all(commands)  # started together; this Python is asked meanwhile
+    found = [
+        Found(answer[1], f"{label} at {answer[0]}")
+        for label, answer in zip(labels, answers, strict=True)
+        if answer is not None
+    ]
+    if not _isolated_pipx(Path(sys.prefix)):
+        spec = importlib.util.find_spec("sglang")
+        if spec is not None and spec.submodule_search_locations:
+            package = Path(next(iter(spec.submodule_search_locations)))
+            on_path = python3 is not None and answers[-1] is not None
+            found.insert(len(found) - on_path, Found(package, f"this Python at {sys.prefix}"))
+    distinct: dict[Path, Found] = {}
+    for item in found:
+        distinct.setdefault(item.package.resolve(), item)
+    if not distinct:
+        raise TargetError(
+            "no SGLang found: none in $VIRTUAL_ENV or $CONDA_PREFIX, none importable by this "
+            "Python or by python3 on PATH; activate SGLang's environment or pass --target "
+            "(its site-packages, environment root or checkout)"
+        )
+    return list(distinct.values())
+
+
+def _ask_all(commands: list[list[str]]) -> list[tuple[str, Path] | None]:
+    """Run the interpreters at once; each answers (sys.prefix, sglang folder) or nothing."""
     import subprocess
 
-    python3 = shutil.which("python3")
-    if python3 is None or Path(python3).resolve() == Path(sys.executable).resolve():
-        return None
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}  # the current folder must not shadow sglang
+    running: list[subprocess.Popen[str] | None] = []
+    for argv in commands:
+        try:
+            running.append(
+                subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                    env=env,
+                )
+            )
+        except OSError:  # no such interpreter: that environment holds nothing
+            running.append(None)
+    answers: list[tuple[str, Path] | None] = []
+    for process in running:
+        answers.append(None)
+        if process is None:
+            continue
+        try:
+            out, _ = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            continue
+        lines = out.splitlines()
+        if process.returncode == 0 and len(lines) >= 2 and lines[-1].strip():
+            answers[-1] = (lines[-2].strip(), Path(lines[-1].strip()))
+    return answers
+
+
+def _isolated_pipx(prefix: Path) -> bool:
+    """A venv that pipx made for sglpatch alone: what it imports is never the user's SGLang."""
+    if not (prefix / "pipx_metadata.json").is_file():
+        return False
     try:
-        out = subprocess.run(
-            [python3, "-c", _FIND_SPEC],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            env={**os.environ, "PYTHONSAFEPATH": "1"},
-            check=False,
-        ).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
+        config = (prefix / "pyvenv.cfg").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True
+    return not re.search(r"^include-system-site-packages\s*=\s*true\s*$", config, re.I | re.M)
+
+
+def _environment_package(root: Path) -> Path | None:
+    """The sglang of a virtual environment or conda root given as --target, else None.
+
+    Its interpreter is asked first (it knows editable installs); without one, the single
+    `lib/python3.*/site-packages/sglang` is taken.
+    """
+    sites = sorted(root.glob("lib/python3.*/site-packages"))
+    if not sites:
         return None
-    return Path(out) if out else None
+    python = root / "bin" / "python"
+    if python.exists():
+        (answer,) = _ask_all([[str(python), "-c", _ASK]])
+        if answer is not None:
+            return answer[1]
+    packages = [site / "sglang" for site in sites if _is_package(site / "sglang")]
+    if len(packages) == 1:
+        return packages[0]
+    if packages:
+        raise TargetError(
+            f"holds several SGLang installs ({', '.join(map(str, packages))}); pass one of them",
+            str(root),
+        )
+    raise TargetError("an environment without SGLang in its site-packages", str(root))
 
 
 def detect_release(root: Path, layout: Layout) -> tuple[Version | None, str | None]:

@@ -11,12 +11,20 @@ from typer.testing import CliRunner
 from tests import wheels
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Let the first wheel download show its progress on the terminal, past pytest's capture."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        wheels.terminal = capture.global_and_fixture_disabled
+
+
 @pytest.fixture(autouse=True)
 def isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No test touches the real home, the user's git config, or an installed sglang.
 
     HOME and XDG_STATE_HOME point into a temporary folder (so the default ledger lands there),
-    git reads no global or system config, and `python3` on PATH is a stub that finds no sglang.
+    git reads no global or system config, `python3` on PATH is a stub that finds no sglang, and
+    no virtual or conda environment is active (discovery would ask its interpreter first).
     """
     home = tmp_path_factory.mktemp("home")
     bin_dir = tmp_path_factory.mktemp("bin")
@@ -26,6 +34,8 @@ def isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
     monkeypatch.delenv("SGLPATCH_LEDGER", raising=False)
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")

@@ -95,6 +95,7 @@ def test_pipx_install_finds_the_users_sglang_through_python3(
     env["SGLPATCH_LEDGER"] = str(tmp_path / "ledger")
     status = json.loads(run(sglpatch, "status", "--json", env=env))
     assert status["target"] == str(site) and status["release"] == "0.5.9"
+    assert status["found_by"].startswith("python3 on PATH at ")
 
 
 def test_shell_completion(fresh_venv: Path) -> None:

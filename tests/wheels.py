@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
 
@@ -25,6 +26,11 @@ RELEASES = [
     "0.5.20", "0.5.21", "0.5.22", "0.5.23",
 ]  # fmt: skip
 
+# Where pip finds the wheels (a test points it at a local folder instead of the index).
+PIP_OPTIONS = ["--only-binary=:all:"]
+# Lifts pytest's output capture while a download talks to the terminal (set by conftest).
+terminal: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext
+
 COMMUNICATORS = "sglang/srt/distributed/device_communicators"
 # What a target needs to be recognised and to have its release read.
 SKELETON = ("sglang/__init__.py", "sglang/version.py", "sglang/_version.py")
@@ -36,14 +42,39 @@ def wheel(release: str) -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
     found = sorted(CACHE.glob(f"sglang-{release}-*.whl"))
     if not found:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-             "--only-binary=:all:", "--dest", str(CACHE), f"sglang=={release}"],
-            check=True,
-        )  # fmt: skip
+        _download(release)
         found = sorted(CACHE.glob(f"sglang-{release}-*.whl"))
     assert found, f"pip download left no wheel for sglang {release} in {CACHE}"
     return found[0]
+
+
+def _download(release: str) -> None:
+    """`pip download` one release; on a terminal, say so and show pip's progress bar.
+
+    Off a terminal (CI logs, redirected output) it stays silent unless pip fails.
+    """
+    with terminal():
+        shown = sys.stderr.isatty()
+        if shown:
+            have = len(list(CACHE.glob("sglang-*.whl")))
+            print(
+                f"tests: downloading the sglang {release} wheel into {CACHE} "
+                f"({have} of {len(RELEASES)} releases there; all of them take about 360 MB, "
+                "once; SGLPATCH_WHEEL_CACHE reuses a folder)",
+                file=sys.stderr,
+                flush=True,
+            )
+        quiet = [] if shown else ["--quiet", "--progress-bar", "off"]
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "download", *quiet, "--no-deps", *PIP_OPTIONS,
+             "--dest", str(CACHE), f"sglang=={release}"],
+            stdout=sys.stderr.fileno() if shown else subprocess.PIPE,  # progress: stderr only
+            stderr=None if shown else subprocess.STDOUT,
+            text=True,
+            check=False,
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise RuntimeError(f"pip download sglang=={release} failed:\n{result.stdout or ''}")
 
 
 @cache

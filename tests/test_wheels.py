@@ -1,0 +1,70 @@
+"""The test suite's own wheel download: progress on a terminal, silence elsewhere."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import wheels
+
+REPO = Path(__file__).resolve().parent.parent
+# Download 0.5.9 into an empty cache, from a local folder holding its wheel (not the network).
+SCRIPT = """
+import sys
+from pathlib import Path
+from tests import wheels
+wheels.CACHE = Path(sys.argv[1])
+wheels.PIP_OPTIONS = ["--no-index", "--find-links", sys.argv[2]]
+print(wheels.wheel("0.5.9").name, file=sys.stdout)
+"""
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    folder = tmp_path / "index"
+    folder.mkdir()
+    (folder / wheels.wheel("0.5.9").name).symlink_to(wheels.wheel("0.5.9"))
+    return folder
+
+
+def _download(cache: Path, source: Path, stderr: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(cache), str(source)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=stderr,
+    )  # fmt: skip
+
+
+@pytest.mark.wheel
+def test_a_download_on_a_terminal_says_what_and_where(tmp_path: Path, source: Path) -> None:
+    leader, follower = pty.openpty()
+    process = _download(tmp_path / "cache", source, follower)
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    out, _ = process.communicate()
+    os.close(leader)
+    assert process.returncode == 0 and out.decode().startswith("sglang-0.5.9-")
+    text = shown.decode()
+    assert f"downloading the sglang 0.5.9 wheel into {tmp_path / 'cache'}" in text
+    assert "about 360 MB" in text and "SGLPATCH_WHEEL_CACHE" in text
+    assert (tmp_path / "cache" / wheels.wheel("0.5.9").name).is_file()
+
+
+@pytest.mark.wheel
+def test_a_download_off_a_terminal_is_silent(tmp_path: Path, source: Path) -> None:
+    process = _download(tmp_path / "cache", source, subprocess.PIPE)
+    out, err = process.communicate()
+    assert process.returncode == 0 and err == b""
+    assert (tmp_path / "cache" / out.decode().strip()).is_file()
