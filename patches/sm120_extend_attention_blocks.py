@@ -68,7 +68,7 @@ class Sm120ExtendAttentionBlocks(Patch):
     """Insert 0.5.9's capability-12 branch ahead of the Hopper branch of the block-size choice."""
 
     id = "sm120-extend-attention-blocks"
-    description = "Triton extend attention block sizes that fit capability 12's 100 KB shared memory"
+    description = "Triton extend attention block sizes that fit capability 12's shared memory"
     symptom = (
         "first prefill with the Triton backend dies with OutOfResources: shared memory, "
         "Required: 106496, Hardware limit: 101376 (Kimi K2, DeepSeek)"

@@ -264,7 +264,7 @@ def shared_memory(kernel: Any, call: Launch) -> Compiled:
     options = {
         k: call.kwargs.get(k, default) for k, default in (("num_warps", 4), ("num_stages", 3))
     }
-    bound = dict(zip((p.name for p in kernel.params), call.args))
+    bound = dict(zip((p.name for p in kernel.params), call.args, strict=False))  # then kwargs
     bound.update({k: v for k, v in call.kwargs.items() if k not in options})
     signature: dict[str, str] = {}
     constexprs: dict[str, Any] = {}
