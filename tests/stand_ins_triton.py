@@ -133,6 +133,13 @@ def extend_args(lq: int, lv: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return args, {}
 
 
+def unified_args(lq: int, lv: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """`extend_attention_fwd_unified`'s (0.5.4 on, deterministic inference): the same prefill."""
+    (q, _, _, o, k_buffer, v_buffer, indptr, _, indices, *_), _ = extend_args(lq, lv)
+    prefix_lens = FakeTensor(indptr.shape[0] - 1, dtype="i32")
+    return (q, o, k_buffer, v_buffer, indptr, indptr, indices, prefix_lens, 1024), {}
+
+
 def extend_choice(source: bytes, capability: tuple[int, int], lq: int, lv: int) -> tuple[Any, ...]:
     """What the release's own code picks for (Lq, Lv): the chooser from 0.5.4, else the launcher."""
     if EXTEND_CHOOSER in functions(source):
@@ -224,12 +231,13 @@ def launch(
     capability: tuple[int, int],
     launcher: str,
     arguments: tuple[tuple[Any, ...], dict[str, Any]],
+    kernel_name: str = "_fwd_kernel",
 ) -> tuple[Any, Launch]:
-    """Run the whole module's `launcher` on `capability`: (its real `_fwd_kernel`, the launch)."""
+    """Run the whole module's `launcher` on `capability`: (its real kernel, the launch)."""
     module = load_module(source, capability)
-    kernel = module._fwd_kernel
+    kernel = getattr(module, kernel_name)
     recorder = _Recorder()
-    module._fwd_kernel = recorder
+    setattr(module, kernel_name, recorder)
     args, kwargs = arguments
     getattr(module, launcher)(*args, **kwargs)
     (call,) = recorder.launches

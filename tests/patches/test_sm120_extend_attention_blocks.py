@@ -131,6 +131,20 @@ def test_the_kernel_fits_sm120_shared_memory_only_when_patched(
         assert _launch(pristine(release), lq, lv).shared > LIMIT
 
 
+@pytest.mark.parametrize("release", [r for r in APPLIED if Version(r) >= Version("0.5.4")])
+def test_the_deterministic_launcher_shares_the_fix(release: str) -> None:
+    """From 0.5.4 `extend_attention_fwd_unified` takes its sizes from the same chooser."""
+    for source, fits in ((pristine(release), False), (patched(release), True)):
+        kernel, call = triton_run.launch(
+            source,
+            (12, 0),
+            "extend_attention_fwd_unified",
+            triton_run.unified_args(*MLA),
+            "_fwd_kernel_unified",
+        )
+        assert (triton_run.shared_memory(kernel, call).shared <= LIMIT) == fits
+
+
 def test_the_published_crash_figures() -> None:
     """0.5.8 on Kimi K2: 'Required: 106496, Hardware limit: 101376'; 0.5.9's sizes need 71680."""
     assert _launch(pristine("0.5.8"), *MLA).shared == 106496
