@@ -181,6 +181,19 @@ def methods(node: cst.ClassDef) -> dict[str, cst.FunctionDef]:
     return {s.name.value: s for s in class_body(node) if isinstance(s, cst.FunctionDef)}
 
 
+def find_function(module: cst.Module, name: str) -> cst.FunctionDef:
+    """The module-level function `name`, defined exactly once."""
+    found = [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
+    if len(found) != 1:
+        raise AnchorMissing(f"expected one function {name}, found {len(found)}")
+    return found[0]
+
+
+def ifs_testing(module: cst.Module, node: cst.CSTNode, test: str) -> list[cst.If]:
+    """`if`/`elif` statements under `node` whose condition contains the source text `test`."""
+    return [i for i in _walk(node, cst.If) if test in module.code_for_node(i.test)]
+
+
 def append_to_class(node: cst.ClassDef, statements: Sequence[cst.BaseStatement]) -> cst.ClassDef:
     assert isinstance(node.body, cst.IndentedBlock)
     return node.with_changes(body=node.body.with_changes(body=[*node.body.body, *statements]))

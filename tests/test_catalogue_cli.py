@@ -70,7 +70,7 @@ def test_an_untested_release_is_refused_unless_forced(runner: CliRunner, tmp_pat
     assert "running untested patches" in result.stderr
     assert "applied               sm120-symm-mem-sizes" in result.stdout
     changed = [k for k, v in snapshot(site).items() if before[k] != v]
-    assert changed == [SIZES]
+    assert SIZES in changed and changed == wheels.applied_targets("0.5.23")
 
 
 @pytest.mark.wheel

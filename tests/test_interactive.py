@@ -17,29 +17,42 @@ SIZES = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
 TWO_SHOT = "sglang/srt/distributed/device_communicators/torch_symm_mem.py"
 
 
+# 0.5.9's patches in the order apply -i offers them; those fixed upstream are never offered.
+ROWS = api.list_patches("0.5.9")
+OFFERED = [row.id for row in ROWS if row.outlook == "applies"]
+UPSTREAM = {row.id: "already upstream" for row in ROWS if row.id not in OFFERED}
+
+
 def states(site: Path) -> dict[str, str]:
     return {row.id: row.state for row in api.status(site).patches}
 
 
+def answers(default: str, **chosen: str) -> str:
+    """One answer per offered patch: `chosen` by id (underscores for dashes), else `default`."""
+    return "".join(f"{chosen.get(i.replace('-', '_'), default)}\n" for i in OFFERED)
+
+
 def test_yes_no_yes(runner: CliRunner, site_059: Path) -> None:
     before = (site_059 / SIZES).read_bytes()
-    result = runner.invoke(app, ["apply", "-i", "--target", str(site_059)], input="y\nn\ny\n")
+    result = runner.invoke(
+        app,
+        ["apply", "-i", "--target", str(site_059)],
+        input=answers("y", sm120_symm_mem_sizes="n"),
+    )
     assert result.exit_code == 0, result.stderr
     out = result.stdout
     # the reason, then the diff, for each patch in turn
     assert out.index("kimi-k25-eagle3-interface: Kimi K2.5 exposes") < out.index(f"+++ b/{KIMI}")
     assert out.index(f"+++ b/{KIMI}") < out.index(f"+++ b/{SIZES}") < out.index(f"+++ b/{TWO_SHOT}")
-    assert states(site_059) == {
-        "kimi-k25-eagle3-interface": "applied",
-        "sm120-symm-mem-sizes": "not applied",
-        "sm120-symm-mem-two-shot": "applied",
+    assert states(site_059) == {i: "applied" for i in OFFERED} | UPSTREAM | {
+        "sm120-symm-mem-sizes": "not applied"
     }
     assert (site_059 / SIZES).read_bytes() == before
     # the skipped one can be added later, and the ledger keeps all three
     assert (
         runner.invoke(app, ["apply", "-i", "--target", str(site_059)], input="y\n").exit_code == 0
     )
-    assert set(states(site_059).values()) == {"applied"}
+    assert states(site_059) == {i: "applied" for i in OFFERED} | UPSTREAM
 
 
 def test_quit_applies_what_was_chosen(runner: CliRunner, site_059: Path) -> None:
@@ -50,8 +63,10 @@ def test_quit_applies_what_was_chosen(runner: CliRunner, site_059: Path) -> None
 
 
 def test_nothing_chosen_writes_nothing(runner: CliRunner, site_059: Path) -> None:
-    result = runner.invoke(app, ["apply", "-i", "--target", str(site_059)], input="x\nn\nn\nn\n")
+    result = runner.invoke(
+        app, ["apply", "-i", "--target", str(site_059)], input="x\n" + answers("n")
+    )
     assert result.exit_code == 0 and "No patch chosen" in result.stdout
     assert "y: apply this patch" in result.stderr  # help for an unknown answer
-    assert set(states(site_059).values()) == {"not applied"}
+    assert states(site_059) == {i: "not applied" for i in OFFERED} | UPSTREAM
     assert api.log(site_059)[1] == []

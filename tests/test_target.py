@@ -113,10 +113,11 @@ def test_a_checkout_keeps_the_users_git_state(tmp_path: Path) -> None:
     assert (root / ".git" / "index").read_bytes() == index  # not even its stat cache
     assert git_state() == state
     changed = git(root, "diff", "--name-only").split()
-    assert sorted(changed) == sorted(f"python/{m}" for m in wheels.patch_targets("0.5.9"))
+    applied = wheels.applied_targets("0.5.9")
+    assert sorted(changed) == sorted(f"python/{m}" for m in applied)
 
     result = runner.invoke(app, ["status", "--target", str(root)])
-    assert result.stdout.count("  applied ") == 3 and "git tag v0.5.9" in result.stdout
+    assert result.stdout.count("  applied ") == len(applied) and "git tag v0.5.9" in result.stdout
     result = runner.invoke(app, ["revert", "--target", str(root)])
     assert result.exit_code == 0, result.stderr
     assert snapshot(root / "python") == pristine and git(root, "diff", "--name-only") == ""

@@ -114,7 +114,7 @@ def patch_targets(release: str) -> list[str]:
     wanted = {
         f"sglang/{path}" for patch in catalogue.load() if (path := patch.target_file(version))
     }
-    present = set(members(release, "sglang/srt/"))
+    present = set(members(release))  # from 0.5.16 some targets live in sglang/kernels/
     return sorted(wanted & present)
 
 
@@ -125,3 +125,19 @@ def full_tree(release: str, dest: Path) -> Path:
         if name.startswith("sglang/") or name.endswith(".dist-info/METADATA"):
             archive.extract(name, dest)
     return dest
+
+
+def applied_targets(release: str) -> list[str]:
+    """The wheel members `apply` changes on `release`: those of the patches that apply there.
+
+    Taken from `list --release` (what `tests/test_matrix.py` checks apply does), so a patch
+    that is already upstream on `release` keeps its file in `patch_targets` but not here.
+    """
+    from sglpatch import api
+
+    present = set(members(release))
+    return sorted(
+        row.file
+        for row in api.list_patches(release)
+        if row.outlook == "applies" and row.file in present
+    )
