@@ -18,7 +18,7 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 from unittest import mock
 
@@ -65,7 +65,7 @@ class Machine:
     deep_gemm: DeepGemm = "hopper-blackwell"
     flashinfer: bool = True
     cuda: str = "12.9"
-    env: Mapping[str, Any] = field(default_factory=dict)
+    env: tuple[tuple[str, Any], ...] = ()  # environment variables set, as (name, value) pairs
 
 
 class Anything(mock.MagicMock):
@@ -105,6 +105,11 @@ def _defined_names(statement: ast.stmt) -> list[str]:
     if isinstance(statement, ast.Assign):
         return [n.id for t in statement.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
     return []
+
+
+@functools.cache
+def _env_defaults_cached(release: str) -> dict[str, Any]:
+    return _env_defaults(release)
 
 
 @functools.cache
@@ -178,7 +183,7 @@ def _truthy(value: Any) -> bool:
 
 def helpers(release: str, machine: Machine) -> dict[str, Any]:
     """The release's own capability probes, bound to the stand-in machine."""
-    env = machine.env
+    env = dict(machine.env)
 
     def get_bool_env_var(name: str, default: str = "false") -> bool:
         return _truthy(env.get(name, default))
@@ -209,20 +214,25 @@ class _Envs:
         return types.SimpleNamespace(get=lambda: value, is_set=lambda: False)
 
 
+@functools.cache
+def _platform_table(release: str) -> dict[str, str]:
+    """The release's `_PLATFORM_PROBES` and `_PLATFORM_VALUES`: fact -> probe in common.py."""
+    table: dict[str, str] = {}
+    for node in ast.parse(wheels.member(release, RUNTIME_CONTEXT)).body:
+        if isinstance(node, ast.AnnAssign | ast.Assign) and node.value is not None:
+            names = _defined_names(node) if isinstance(node, ast.Assign) else [
+                node.target.id if isinstance(node.target, ast.Name) else ""
+            ]  # fmt: skip
+            if {"_PLATFORM_PROBES", "_PLATFORM_VALUES"} & set(names):
+                table.update(ast.literal_eval(node.value))
+    return table
+
+
 class _Platform:
     """`get_platform()`: each fact is the probe the release's `_PLATFORM_PROBES` names."""
 
     def __init__(self, release: str, probes: Mapping[str, Any]) -> None:
-        tree = ast.parse(wheels.member(release, RUNTIME_CONTEXT))
-        table: dict[str, str] = {}
-        for node in tree.body:
-            if isinstance(node, ast.AnnAssign | ast.Assign) and node.value is not None:
-                names = _defined_names(node) if isinstance(node, ast.Assign) else [
-                    node.target.id if isinstance(node.target, ast.Name) else ""
-                ]  # fmt: skip
-                if {"_PLATFORM_PROBES", "_PLATFORM_VALUES"} & set(names):
-                    table.update(ast.literal_eval(node.value))
-        self._table, self._probes = table, probes
+        self._table, self._probes = _platform_table(release), probes
 
     def __getattr__(self, name: str) -> Any:
         return self._probes[self._table[name]]()
@@ -261,20 +271,26 @@ def _deep_gemm(kind: DeepGemm) -> types.ModuleType | None:
     return module
 
 
-@contextmanager
-def _stand_ins(
-    source: bytes, release: str, machine: Machine, extra: Mapping[str, Any]
-) -> Iterator[dict[str, Any]]:
-    probes = helpers(release, machine)
-    envs = _Envs(_env_defaults(release), machine.env)
+@functools.cache
+def _imports(source: bytes) -> list[str]:
+    """Every absolute module the source imports, at any depth."""
     imported: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             imported.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             imported.add(node.module)
+    return sorted(imported)
+
+
+@contextmanager
+def _stand_ins(
+    source: bytes, release: str, machine: Machine, extra: Mapping[str, Any]
+) -> Iterator[dict[str, Any]]:
+    probes = helpers(release, machine)
+    envs = _Envs(_env_defaults_cached(release), dict(machine.env))
     modules: dict[str, Any] = {}
-    for name in sorted(imported):
+    for name in _imports(source):
         parts = name.split(".")
         for i in range(1, len(parts) + 1):
             modules.setdefault(".".join(parts[:i]), None)
@@ -305,6 +321,11 @@ def _stand_ins(
         yield probes
 
 
+@functools.cache
+def _compiled(source: bytes, filename: str) -> types.CodeType:
+    return compile(source, filename, "exec")
+
+
 DEEP_GEMM_FLAGS = (
     "ENABLE_JIT_DEEPGEMM",
     "DEEPGEMM_BLACKWELL",
@@ -317,7 +338,7 @@ def configurer_flags(source: bytes, release: str, machine: Machine) -> dict[str,
     """Import the configurer on the machine and read the flags the rest of SGLang reads."""
     with _stand_ins(source, release, machine, {}):
         namespace: dict[str, Any] = {"__name__": "configurer_under_test"}
-        exec(compile(source, "configurer.py", "exec"), namespace)
+        exec(_compiled(source, "configurer.py"), namespace)
     return {flag: bool(namespace[flag]) for flag in DEEP_GEMM_FLAGS if flag in namespace}
 
 
@@ -356,7 +377,7 @@ def fp8_linear_choice(
         if runtime_context is not None:  # 0.5.19+ read the backend from get_exec()
             runtime_context.get_exec = lambda: types.SimpleNamespace(kernel=server_args)
         namespace: dict[str, Any] = {"__name__": "fp8_utils_under_test"}
-        exec(compile(source, "fp8_utils.py", "exec"), namespace)
+        exec(_compiled(source, "fp8_utils.py"), namespace)
         initialize: Callable[..., None] | None = namespace.get("initialize_fp8_gemm_config")
         if initialize is not None:
             params = initialize.__code__.co_argcount
