@@ -341,11 +341,13 @@ def with_imported_name(
     )
     neighbour = names[position]
     new = cst.ImportAlias(name=cst.Name(name), comma=neighbour.comma)
-    if position == len(names) - 1 and isinstance(neighbour.comma, cst.MaybeSentinel):
-        # The neighbour was last without a trailing comma: it now needs one.
-        names[position] = neighbour.with_changes(
-            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        )
+    if position == len(names) - 1:
+        # The last name's comma leads to the closing parenthesis: the new last name takes it,
+        # and the old one takes the separator its predecessor uses between names.
+        separator = names[position - 1].comma if position else cst.MaybeSentinel.DEFAULT
+        if not isinstance(separator, cst.Comma):
+            separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        names[position] = neighbour.with_changes(comma=separator)
     names.insert(position + 1, new)
     return replace(module, statement, statement.with_changes(names=names))
 
