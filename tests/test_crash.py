@@ -56,12 +56,13 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, b
 
 def test_the_write_steps_are_the_ones_the_journal_covers(site_059: Path) -> None:
     steps = write_steps(site_059, "apply")
-    assert steps == ["journal", "stage", "stage", "stage", "ledger-commit", *["replace"] * 3]
+    files = len(TARGETS)
+    assert steps == ["journal", *["stage"] * files, "ledger-commit", *["replace"] * files]
     assert write_steps(site_059, "revert") == steps
 
 
 @pytest.mark.parametrize("action", ["apply", "revert"])
-@pytest.mark.parametrize("kill_at", range(1, 9))
+@pytest.mark.parametrize("kill_at", range(1, 2 * len(TARGETS) + 3))  # every write step
 def test_killed_at_every_write_step(
     action: str, kill_at: int, site_059: Path, reference: dict[str, dict[str, bytes]]
 ) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sglpatch import api
+from sglpatch import api, catalogue
 from sglpatch.cli import app
 
 pytestmark = pytest.mark.wheel
@@ -23,21 +23,28 @@ def states(site: Path) -> dict[str, str]:
 
 def test_yes_no_yes(runner: CliRunner, site_059: Path) -> None:
     before = (site_059 / SIZES).read_bytes()
-    result = runner.invoke(app, ["apply", "-i", "--target", str(site_059)], input="y\nn\ny\n")
+    # the prompts come in catalogue order; patches this test does not name are declined
+    order = [p.id for p in catalogue.load()]
+    chosen = {"kimi-k25-eagle3-interface": "y", "sm120-symm-mem-sizes": "n"}
+    chosen["sm120-symm-mem-two-shot"] = "y"
+    answers = "".join(f"{chosen.get(i, 'n')}\n" for i in order)
+    result = runner.invoke(app, ["apply", "-i", "--target", str(site_059)], input=answers)
     assert result.exit_code == 0, result.stderr
     out = result.stdout
     # the reason, then the diff, for each patch in turn
     assert out.index("kimi-k25-eagle3-interface: Kimi K2.5 exposes") < out.index(f"+++ b/{KIMI}")
     assert out.index(f"+++ b/{KIMI}") < out.index(f"+++ b/{SIZES}") < out.index(f"+++ b/{TWO_SHOT}")
     assert states(site_059) == {
-        "kimi-k25-eagle3-interface": "applied",
-        "sm120-symm-mem-sizes": "not applied",
-        "sm120-symm-mem-two-shot": "applied",
+        i: "applied" if chosen.get(i) == "y" else "not applied" for i in order
     }
     assert (site_059 / SIZES).read_bytes() == before
-    # the skipped one can be added later, and the ledger keeps all three
+    # the skipped ones can be added later, and the ledger keeps them all
+    skipped = sum(chosen.get(i) != "y" for i in order)
     assert (
-        runner.invoke(app, ["apply", "-i", "--target", str(site_059)], input="y\n").exit_code == 0
+        runner.invoke(
+            app, ["apply", "-i", "--target", str(site_059)], input="y\n" * skipped
+        ).exit_code
+        == 0
     )
     assert set(states(site_059).values()) == {"applied"}
 

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from sglpatch import catalogue
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
 
 pytestmark = pytest.mark.wheel
 
-IDS = ["kimi-k25-eagle3-interface", "sm120-symm-mem-sizes", "sm120-symm-mem-two-shot"]
+IDS = [patch.id for patch in catalogue.load()]  # every built-in patch applies to 0.5.9
 
 
 def as_json(runner: CliRunner, *args: str, code: int = 0) -> dict[str, object]:
@@ -35,13 +36,13 @@ def test_each_command(runner: CliRunner, site_059: Path) -> None:
     assert (
         dry["dry_run"] is True and dry["written"] is False and dry["diff"].startswith("diff --git")
     )
-    assert [p["state"] for p in dry["patches"]] == ["applied"] * 3
+    assert [p["state"] for p in dry["patches"]] == ["applied"] * len(IDS)
 
     applied = as_json(runner, "apply", *target)
-    assert applied["written"] is True and len(applied["changed"]) == 3 and applied["commit"]
+    assert applied["written"] is True and len(applied["changed"]) == len(IDS) and applied["commit"]
 
     again = as_json(runner, "apply", *target)
-    assert [p["state"] for p in again["patches"]] == ["already applied"] * 3
+    assert [p["state"] for p in again["patches"]] == ["already applied"] * len(IDS)
 
     log = as_json(runner, "log", *target)
     assert [e["summary"].split(":")[0] for e in log["entries"]] == ["apply"]
