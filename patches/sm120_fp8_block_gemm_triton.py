@@ -133,7 +133,7 @@ class Sm120Fp8BlockGemmTriton(Patch):
         branch = cst_tools.statement(BRANCH, module)
         # Set off from the override block above it, as upstream's branch is from the store.
         blank = tuple(line for line in store.leading_lines if line.comment is None)
-        branch = branch.with_changes(leading_lines=blank)  # type: ignore[call-arg]
+        branch = branch.with_changes(leading_lines=blank)
         new = cst_tools.with_statements_beside(function, store, [branch], after=False)
         module = cst_tools.replace(module, function, new)
         return cst_tools.with_imported_name(
