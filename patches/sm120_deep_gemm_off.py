@@ -24,11 +24,15 @@ What this patch does, release by release (the first fixing release's rule, for t
   0.5.13-0.5.19; on 0.5.20 off unless the DeepGEMM SM120 entry point imports, then UE8M0 scales).
 - 0.5.21+: already upstream.
 
-What the user gets instead: `ENABLE_JIT_DEEPGEMM` is False on 12.0 and 12.1, so SGLang takes its
-non-DeepGEMM FP8 paths: block-FP8 linear layers use Triton's `w8a8_block_fp8_matmul`
-(`triton_w8a8_block_fp8_linear`) on 0.5.3-0.5.6.post1 and, with `sm120-fp8-block-gemm-triton`,
-on 0.5.6.post2-0.5.9 (0.5.10-0.5.15.post1 choose Triton themselves); FP8 MoE uses the Triton
-fused-MoE kernels. Other capabilities are untouched.
+What the user gets instead: `ENABLE_JIT_DEEPGEMM` (and with it `DEEPGEMM_BLACKWELL` and the UE8M0
+scale format) is False on 12.0 and 12.1, so SGLang skips the DeepGEMM JIT warm-up and the UE8M0
+weight requantization, and takes its non-DeepGEMM FP8 paths: block-FP8 linear layers use Triton's
+`w8a8_block_fp8_matmul` (`triton_w8a8_block_fp8_linear`) on 0.5.3-0.5.6.post1, and on
+0.5.6.post2-0.5.9 together with `sm120-fp8-block-gemm-triton` (0.5.10-0.5.15.post1 choose Triton
+themselves, 0.5.16-0.5.20 their SM120 CUTLASS path); FP8 MoE without DeepEP keeps the Triton
+fused-MoE kernels it already used. With `--moe-a2a-backend deepep`, whose normal and low-latency
+modes need DeepGEMM, startup now stops at SGLang's own "DeepEP ... mode requires deep_gemm"
+assertion: a clean refusal, not a working DeepEP. Other capabilities are untouched.
 
 Delete when: the oldest release in use is 0.5.21 or newer.
 """
