@@ -122,7 +122,6 @@ def test_before_0_5_20_even_an_sm120_deep_gemm_stays_off(
     (0.5.21 would use such a build on 12.1, with SM120 scale formats these releases lack.)
     """
     assert not flags(patched(release), release, capability, "sm120")["ENABLE_JIT_DEEPGEMM"]
-    assert upstream("0.5.13", (12, 0), "sm120") == upstream("0.5.13", (12, 0), "absent")
 
 
 @pytest.mark.parametrize("release", APPLIED)
@@ -154,6 +153,7 @@ def test_the_fixing_releases_themselves() -> None:
     """What the differential compares with: 0.5.13 turns 12.0 off and leaves 12.1 on; 0.5.21
     turns both off unless DeepGEMM has the SM120 kernels."""
     assert not upstream("0.5.13", (12, 0), "hopper-blackwell")["ENABLE_JIT_DEEPGEMM"]
+    assert not upstream("0.5.13", (12, 0), "sm120")["ENABLE_JIT_DEEPGEMM"]  # whatever is installed
     assert upstream("0.5.13", (12, 1), "hopper-blackwell")["ENABLE_JIT_DEEPGEMM"]
     assert upstream("0.5.20", (12, 1), "hopper-blackwell")["ENABLE_JIT_DEEPGEMM"]
     for capability in TWELVE:
