@@ -284,3 +284,112 @@ def _walk(node: cst.CSTNode, kind: type[T] | tuple[type[T], ...]) -> Iterator[T]
 def statement(code: str, module: cst.Module) -> cst.BaseStatement:
     """Parse new code with the module's own indentation and line endings."""
     return cst.parse_statement(code, config=module.config_for_parsing)
+
+
+def find_function(module: cst.Module, name: str) -> cst.FunctionDef:
+    """The one top-level `def name(...)` of the module."""
+    found = [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
+    if len(found) != 1:
+        raise AnchorMissing(f"expected one function {name}, found {len(found)}")
+    return found[0]
+
+
+def function_body(node: cst.FunctionDef) -> Sequence[cst.BaseStatement]:
+    if not isinstance(node.body, cst.IndentedBlock):
+        raise AnchorMissing(f"function {node.name.value} has no indented body")
+    return node.body.body
+
+
+def with_statements_beside(
+    node: cst.FunctionDef,
+    anchor: cst.BaseStatement,
+    statements: Sequence[cst.BaseStatement],
+    *,
+    after: bool,
+) -> cst.FunctionDef:
+    """`node` with `statements` inserted right before or after its top-level statement `anchor`.
+
+    Each statement keeps its own leading lines (blank lines, comments); the anchor keeps its own.
+    """
+    body = list(function_body(node))
+    index = next((i for i, s in enumerate(body) if s is anchor), None)
+    if index is None:
+        raise AnchorMissing(f"the anchor is not a statement of {node.name.value}")
+    at = index + 1 if after else index
+    body[at:at] = statements
+    assert isinstance(node.body, cst.IndentedBlock)
+    return node.with_changes(body=node.body.with_changes(body=body))
+
+
+def imported_names(module: cst.Module, source: str) -> list[str]:
+    """Names imported by top-level `from <source> import ...` statements (no star imports)."""
+    return [
+        alias.evaluated_name
+        for statement in _from_imports(module, source)
+        if not isinstance(statement.names, cst.ImportStar)
+        for alias in statement.names
+    ]
+
+
+def with_imported_name(
+    module: cst.Module, source: str, name: str, after: Sequence[str]
+) -> cst.Module:
+    """`module` whose first `from <source> import (...)` also imports `name`.
+
+    `name` goes right after the last of `after` that the statement imports (keeping an isort-
+    ordered list ordered), or at the end; it copies its neighbour's comma and line break.
+    """
+    if name in imported_names(module, source):
+        return module
+    statements = [
+        s for s in _from_imports(module, source) if not isinstance(s.names, cst.ImportStar)
+    ]
+    if not statements:
+        raise AnchorMissing(f"no `from {source} import ...` to add {name} to")
+    statement = statements[0]
+    names = list(statement.names)  # type: ignore[arg-type]  # not a star import, checked above
+    position = max(
+        (i for i, alias in enumerate(names) if alias.evaluated_name in after),
+        default=len(names) - 1,
+    )
+    neighbour = names[position]
+    new = cst.ImportAlias(name=cst.Name(name), comma=neighbour.comma)
+    if position == len(names) - 1:
+        # The last name's comma leads to the closing parenthesis: the new last name takes it,
+        # and the old one takes the separator its predecessor uses between names.
+        separator = names[position - 1].comma if position else cst.MaybeSentinel.DEFAULT
+        if not isinstance(separator, cst.Comma):
+            separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        names[position] = neighbour.with_changes(comma=separator)
+    names.insert(position + 1, new)
+    return replace(module, statement, statement.with_changes(names=names))
+
+
+def _from_imports(module: cst.Module, source: str) -> list[cst.ImportFrom]:
+    found: list[cst.ImportFrom] = []
+    for line in module.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        for small in line.body:
+            if (
+                isinstance(small, cst.ImportFrom)
+                and small.module is not None
+                and not small.relative
+                and _dotted(small.module) == source
+            ):
+                found.append(small)
+    return found
+
+
+def _dotted(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        head = _dotted(node.value)
+        return None if head is None else f"{head}.{node.attr.value}"
+    return None
+
+
+def walk(node: cst.CSTNode, kind: type[T]) -> Iterator[T]:
+    """Every node of type `kind` under `node` (public form of `_walk`)."""
+    return _walk(node, kind)
