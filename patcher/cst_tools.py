@@ -286,14 +286,6 @@ def statement(code: str, module: cst.Module) -> cst.BaseStatement:
     return cst.parse_statement(code, config=module.config_for_parsing)
 
 
-def find_function(module: cst.Module, name: str) -> cst.FunctionDef:
-    """The one top-level `def name(...)` of the module."""
-    found = [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
-    if len(found) != 1:
-        raise AnchorMissing(f"expected one function {name}, found {len(found)}")
-    return found[0]
-
-
 def function_body(node: cst.FunctionDef) -> Sequence[cst.BaseStatement]:
     if not isinstance(node.body, cst.IndentedBlock):
         raise AnchorMissing(f"function {node.name.value} has no indented body")
