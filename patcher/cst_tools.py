@@ -271,3 +271,52 @@ def _walk(node: cst.CSTNode, kind: type[T] | tuple[type[T], ...]) -> Iterator[T]
 def statement(code: str, module: cst.Module) -> cst.BaseStatement:
     """Parse new code with the module's own indentation and line endings."""
     return cst.parse_statement(code, config=module.config_for_parsing)
+
+
+def find_all(node: cst.CSTNode, kind: type[T]) -> list[T]:
+    """Every node of type `kind` under `node` (in no particular order)."""
+    return list(_walk(node, kind))
+
+
+def if_chain(head: cst.If) -> list[cst.If]:
+    """The branches of `if ...: elif ...: elif ...:`, head first."""
+    branches = [head]
+    while isinstance(branches[-1].orelse, cst.If):
+        branches.append(branches[-1].orelse)
+    return branches
+
+
+def with_branch_before(head: cst.If, index: int, branch: cst.If) -> cst.If:
+    """The chain starting at `head` with `branch` inserted as branch number `index`.
+
+    Comments above the old head stay above the chain, which `branch` may now start.
+    """
+    branches = if_chain(head)
+    tail = branches[-1].orelse
+    ordered = [*branches[:index], branch.with_changes(leading_lines=()), *branches[index:]]
+    ordered[index + 1] = ordered[index + 1].with_changes(leading_lines=())
+    rebuilt: cst.If | cst.Else | None = tail
+    for node in reversed(ordered):
+        rebuilt = node.with_changes(orelse=rebuilt)
+    assert isinstance(rebuilt, cst.If)
+    return rebuilt.with_changes(leading_lines=head.leading_lines)
+
+
+def imports_name(module: cst.Module, source: str, name: str) -> bool:
+    """Whether a top-level `from <source> import ... name ...` is in the module."""
+    for statement in module.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if (
+                isinstance(small, cst.ImportFrom)
+                and small.module is not None
+                and module.code_for_node(small.module) == source
+                and not isinstance(small.names, cst.ImportStar)
+                and any(
+                    isinstance(alias.name, cst.Name) and alias.name.value == name
+                    for alias in small.names
+                )
+            ):
+                return True
+    return False
