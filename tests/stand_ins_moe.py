@@ -202,9 +202,25 @@ def run_statement(
     module = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
     namespace: dict[str, Any] = dict(names)
     exec(compile(module, "<selection>", "exec"), namespace)
-    result = namespace["_selection"](*local_names.values())
+    with mock.patch.dict(sys.modules, _import_stand_ins(statement, names)):
+        result = namespace["_selection"](*local_names.values())
     assert isinstance(result, dict)
     return result
+
+
+def _import_stand_ins(statement: ast.stmt, names: Mapping[str, Any]) -> dict[str, Any]:
+    """Modules for the statement's own `from X import y` lines, serving `y` from `names`
+    (0.5.15 imports `envs` inside the MoE choice). A name not in `names` is not served."""
+    modules: dict[str, Any] = {}
+    for node in ast.walk(statement):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            parts = node.module.split(".")
+            for i in range(1, len(parts) + 1):
+                modules.setdefault(".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
+            for alias in node.names:
+                if alias.name in names:
+                    setattr(modules[node.module], alias.name, names[alias.name])
+    return modules
 
 
 def load_function(source: bytes, name: str, names: Mapping[str, Any]) -> Callable[..., Any]:
