@@ -320,3 +320,21 @@ def imports_name(module: cst.Module, source: str, name: str) -> bool:
             ):
                 return True
     return False
+
+
+def with_alias(node: cst.ImportFrom, name: str) -> cst.ImportFrom:
+    """`from x import a, b` -> `from x import a, b, name`, laid out like the names before it."""
+    if isinstance(node.names, cst.ImportStar):
+        raise AnchorMissing("cannot add a name to `import *`")
+    names = list(node.names)
+    last = names[-1]
+    if isinstance(last.comma, cst.Comma):  # a trailing comma: the new name keeps it
+        new = cst.ImportAlias(cst.Name(name), comma=last.comma)
+        between = names[-2].comma if len(names) > 1 else last.comma
+    else:
+        new = cst.ImportAlias(cst.Name(name))
+        between = names[-2].comma if len(names) > 1 else cst.Comma(cst.SimpleWhitespace(""))
+    if not isinstance(between, cst.Comma):
+        between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    names[-1] = last.with_changes(comma=between)
+    return node.with_changes(names=[*names, new])

@@ -42,6 +42,7 @@ PREDICATES = (
     "is_sm100_supported",
     "is_sm120_supported",
     "is_sm90_supported",
+    "is_hopper_with_cuda_12_3",
 )
 
 
