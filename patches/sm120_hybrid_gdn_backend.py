@@ -71,9 +71,7 @@ def _calls(node: cst.BaseExpression, name: str) -> bool:
 
 
 def _wrapper(module: cst.Module) -> cst.FunctionDef:
-    found = [
-        s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == FUNCTION
-    ]
+    found = [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == FUNCTION]
     if len(found) != 1:
         raise AnchorMissing(f"expected one function {FUNCTION}, found {len(found)}")
     return found[0]

@@ -54,7 +54,8 @@ if is_sm120_supported() and is_mxfp4_quant_format:
     # trtllm-gen only supports SM100 (sglpatch: SGLang 0.5.10's branch)
     {target} = "triton_kernel"
     logger.warning(
-        "Detected SM120 and MXFP4 quantization format for GPT-OSS model, enabling triton_kernel MOE kernel."
+        "Detected SM120 and MXFP4 quantization format for GPT-OSS model, "
+        "enabling triton_kernel MOE kernel."
     )
 """
 

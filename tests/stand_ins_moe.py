@@ -274,20 +274,22 @@ def stand_in_triton_kernels() -> Iterator[mock.MagicMock]:
         yield root
 
 
-def run_swizzle(source: bytes, release: str, capability: tuple[int, int]) -> Swizzle:
+def run_swizzle(
+    source: bytes, release: str, capability: tuple[int, int], extra: Mapping[str, Any] = {}
+) -> Swizzle:
     """Call the release's `_swizzle_mxfp4` (from `source`) on a stand-in device."""
-    names = {**host_names(release, capability), "torch": stand_in_torch(capability)}
+    names = {**host_names(release, capability), "torch": stand_in_torch(capability), **extra}
     swizzle = load_function(source, "_swizzle_mxfp4", names)
     with stand_in_triton_kernels() as triton_kernels:
         swizzle(mock.MagicMock(name="weight"), mock.MagicMock(name="scale"), 4)
     constraints: dict[str, Any] = {}
     for call in triton_kernels.matmul_ogs_details.opt_flags.update_opt_flags_constraints.mock_calls:
         constraints.update(call.args[0])
-    value_layouts = {c.args[1] for c in triton_kernels.tensor.convert_layout.mock_calls}
-    assert len(value_layouts) == 2, value_layouts  # one for the weight, one for the scale
-    strided = value_layouts == {"strided-layout"}
-    assert strided or "strided-layout" not in value_layouts, value_layouts
-    return Swizzle("strided" if strided else "default", constraints)
+    layouts = [c.args[1] for c in triton_kernels.tensor.convert_layout.mock_calls]
+    if layouts == ["strided-layout", "strided-layout"]:  # the weight's, then the scale's
+        return Swizzle("strided", constraints)
+    assert layouts == ["default-value-layout", "default-scale-layout"], layouts
+    return Swizzle("default", constraints)
 
 
 def releases(first: str, last: str) -> list[str]:

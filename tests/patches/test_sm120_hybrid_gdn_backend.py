@@ -134,9 +134,7 @@ def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
     if release < Version(FIRST_FIX):
         pristine = wheels.member(name, PATH)
         for capability in stand_ins.OTHERS:
-            assert admitted(patched[PATH], name, capability) == admitted(
-                pristine, name, capability
-            )
+            assert admitted(patched[PATH], name, capability) == admitted(pristine, name, capability)
 
 
 @pytest.mark.parametrize("release", RELEASES)

@@ -87,7 +87,10 @@ def choice(
     """Run the release's own MXFP4 MoE-backend choice; return the backend it leaves set."""
     statement = _selection(source)
     args = types.SimpleNamespace(
-        moe_runner_backend=requested, ep_size=1, quantization=None, enable_piecewise_cuda_graph=False
+        moe_runner_backend=requested,
+        ep_size=1,
+        quantization=None,
+        enable_piecewise_cuda_graph=False,
     )
     overrides: dict[str, str] = {}  # 0.5.15+ return overrides instead of setting fields
     stand_ins.run_statement(
