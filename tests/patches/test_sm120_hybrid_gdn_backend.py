@@ -54,7 +54,12 @@ def admitted(source: bytes, release: str, capability: tuple[int, int]) -> set[st
         server_args = types.SimpleNamespace(
             attention_backend=backend, prefill_attention_backend=None, decode_attention_backend=None
         )
-        runner = types.SimpleNamespace(server_args=server_args)
+        # 0.5.18 reads the resolved backends off the runner instead.
+        runner = types.SimpleNamespace(
+            server_args=server_args,
+            prefill_attention_backend_str=backend,
+            decode_attention_backend_str=backend,
+        )
         try:
             stand_ins.run_statement(_check(source), names, {"runner": runner})
         except AssertionError:
