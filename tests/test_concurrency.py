@@ -13,7 +13,7 @@ from sglpatch import api
 from sglpatch.errors import ExitCode
 from sglpatch.ledger import Ledger, default_directory
 from sglpatch.target import find_target
-from tests import proofs
+from tests import proofs, wheels
 
 pytestmark = pytest.mark.wheel
 
@@ -37,7 +37,8 @@ def test_three_simultaneous_applies_patch_once(site_059: Path) -> None:
     results = [(p.wait(), *p.communicate()) for p in runs]
     assert [code for code, _, _ in results] == [0, 0, 0], results
     outputs = [out for _, out, _ in results]
-    assert sum("Patched 3 file(s)" in out for out in outputs) == 1
+    patched = f"Patched {len(wheels.patch_targets('0.5.9'))} file(s)"
+    assert sum(patched in out for out in outputs) == 1
     assert sum("Nothing to do" in out for out in outputs) == 2
     source = (site_059 / SIZES).read_bytes()
     assert source.count(b"    12: {") == 1

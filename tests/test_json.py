@@ -10,10 +10,12 @@ from typer.testing import CliRunner
 
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
+from tests import wheels
 
 pytestmark = pytest.mark.wheel
 
-IDS = ["kimi-k25-eagle3-interface", "sm120-symm-mem-sizes", "sm120-symm-mem-two-shot"]
+STATES = wheels.expected_states("0.5.9")  # what apply does to each patch on 0.5.9
+IDS = list(STATES)
 
 
 def as_json(runner: CliRunner, *args: str, code: int = 0) -> dict[str, object]:
@@ -29,19 +31,27 @@ def test_each_command(runner: CliRunner, site_059: Path) -> None:
     status = as_json(runner, "status", *target)
     assert {"target", "release", "ledger", "patches"} <= set(status)
     assert status["target"] == str(site_059) and status["release"] == "0.5.9"
-    assert [(p["id"], p["state"]) for p in status["patches"]] == [(i, "not applied") for i in IDS]
+    assert [(p["id"], p["state"]) for p in status["patches"]] == [
+        (i, "not applied" if STATES[i] == "applied" else STATES[i]) for i in IDS
+    ]
 
     dry = as_json(runner, "apply", "--dry-run", *target)
     assert (
         dry["dry_run"] is True and dry["written"] is False and dry["diff"].startswith("diff --git")
     )
-    assert [p["state"] for p in dry["patches"]] == ["applied"] * 3
+    assert [p["state"] for p in dry["patches"]] == [STATES[i] for i in IDS]
 
     applied = as_json(runner, "apply", *target)
-    assert applied["written"] is True and len(applied["changed"]) == 3 and applied["commit"]
+    assert (
+        applied["written"] is True
+        and len(applied["changed"]) == len(wheels.patch_targets("0.5.9"))
+        and applied["commit"]
+    )
 
     again = as_json(runner, "apply", *target)
-    assert [p["state"] for p in again["patches"]] == ["already applied"] * 3
+    assert [p["state"] for p in again["patches"]] == [
+        "already applied" if STATES[i] == "applied" else STATES[i] for i in IDS
+    ]
 
     log = as_json(runner, "log", *target)
     assert [e["summary"].split(":")[0] for e in log["entries"]] == ["apply"]

@@ -116,7 +116,10 @@ def test_a_checkout_keeps_the_users_git_state(tmp_path: Path) -> None:
     assert sorted(changed) == sorted(f"python/{m}" for m in wheels.patch_targets("0.5.9"))
 
     result = runner.invoke(app, ["status", "--target", str(root)])
-    assert result.stdout.count("  applied ") == 3 and "git tag v0.5.9" in result.stdout
+    assert (
+        result.stdout.count("  applied ") == len(wheels.applying("0.5.9"))
+        and "git tag v0.5.9" in result.stdout
+    )
     result = runner.invoke(app, ["revert", "--target", str(root)])
     assert result.exit_code == 0, result.stderr
     assert snapshot(root / "python") == pristine and git(root, "diff", "--name-only") == ""

@@ -94,3 +94,20 @@ def full_tree(release: str, dest: Path) -> Path:
         if name.startswith("sglang/") or name.endswith(".dist-info/METADATA"):
             archive.extract(name, dest)
     return dest
+
+
+def expected_states(release: str) -> dict[str, str]:
+    """What `apply` does to each built-in patch on a pristine `release`, as `list --release`
+    predicts it: "applied", "already upstream" or "not for this release"."""
+    from sglpatch import api
+
+    states = {}
+    for row in api.list_patches(release):
+        outlook = row.outlook or ""
+        states[row.id] = "applied" if outlook == "applies" else outlook.split(" (")[0]
+    return states
+
+
+def applying(release: str) -> list[str]:
+    """The ids of the built-in patches that apply on `release`, in catalogue order."""
+    return [i for i, state in expected_states(release).items() if state == "applied"]
