@@ -278,6 +278,29 @@ def find_all(node: cst.CSTNode, kind: type[T]) -> list[T]:
     return list(_walk(node, kind))
 
 
+_BLOCK_PARTS = (cst.BaseSuite, cst.BaseStatement, cst.Else, cst.Finally, *_HANDLERS)
+
+
+def find_compound(node: cst.CSTNode, kind: type[T]) -> list[T]:
+    """Every compound statement (`if`, `def`, `with`, ...) of type `kind` under `node`.
+
+    Descends through blocks only, never into expressions, so it is much cheaper than
+    `find_all` on a large module.
+    """
+    found: list[T] = []
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, kind):
+            found.append(current)
+        for _, value in _fields(current):
+            if isinstance(value, _BLOCK_PARTS):
+                stack.append(value)
+            elif value.__class__ in (list, tuple):
+                stack.extend(item for item in value if isinstance(item, _BLOCK_PARTS))
+    return found
+
+
 def if_chain(head: cst.If) -> list[cst.If]:
     """The branches of `if ...: elif ...: elif ...:`, head first."""
     branches = [head]
@@ -338,3 +361,42 @@ def with_alias(node: cst.ImportFrom, name: str) -> cst.ImportFrom:
         between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     names[-1] = last.with_changes(comma=between)
     return node.with_changes(names=[*names, new])
+
+
+def replace_statement(
+    module: cst.Module, old: cst.BaseStatement, new: cst.BaseStatement
+) -> cst.Module:
+    """`replace` for a statement: the search for `old` descends through blocks only.
+
+    On a file the size of server_args.py this is several times cheaper than `replace`.
+    """
+    parents: dict[int, tuple[cst.CSTNode, str, int | None]] = {}
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        current = stack.pop()
+        if current is old:
+            break
+        for field, value in _fields(current):
+            if isinstance(value, _BLOCK_PARTS):
+                parents[id(value)] = (current, field, None)
+                stack.append(value)
+            elif value.__class__ in (list, tuple):
+                for position, item in enumerate(value):
+                    if isinstance(item, _BLOCK_PARTS):
+                        parents[id(item)] = (current, field, position)
+                        stack.append(item)
+    else:
+        raise AnchorMissing("the statement to replace is not in the module")
+    replacement: cst.CSTNode = new
+    node: cst.CSTNode = old
+    while id(node) in parents:
+        parent, field, index = parents[id(node)]
+        value = getattr(parent, field)
+        if index is not None:
+            value = type(value)((*value[:index], replacement, *value[index + 1 :]))
+        else:
+            value = replacement
+        replacement = parent.with_changes(**{field: value})
+        node = parent
+    assert isinstance(replacement, cst.Module)
+    return replacement

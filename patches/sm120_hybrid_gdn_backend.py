@@ -78,7 +78,7 @@ def _wrapper(module: cst.Module) -> cst.FunctionDef:
 
 
 def _blackwell_check(wrapper: cst.FunctionDef) -> cst.If:
-    found = [n for n in cst_tools.find_all(wrapper, cst.If) if _calls(n.test, "is_blackwell")]
+    found = [n for n in cst_tools.find_compound(wrapper, cst.If) if _calls(n.test, "is_blackwell")]
     if len(found) != 1:
         raise AnchorMissing(f"expected one `if is_blackwell():` in {FUNCTION}, found {len(found)}")
     return found[0]

@@ -84,7 +84,7 @@ def _mxfp4_chain(module: cst.Module) -> cst.If:
     Through 0.5.4.post3 it stands on its own; later releases keep it under
     `if moe_runner_backend == "auto":`.
     """
-    branches = cst_tools.find_all(module, cst.If)
+    branches = cst_tools.find_compound(module, cst.If)
     elifs = {id(b.orelse) for b in branches if isinstance(b.orelse, cst.If)}
     heads = [
         b
@@ -138,7 +138,9 @@ class Sm120Mxfp4MoeBackend(Patch):
         target = module.code_for_node(assigned[0].targets[0].target)
         branch = cst_tools.statement(BRANCH.format(target=target), module)
         assert isinstance(branch, cst.If)
-        return cst_tools.replace(module, head, cst_tools.with_branch_before(head, index, branch))
+        return cst_tools.replace_statement(
+            module, head, cst_tools.with_branch_before(head, index, branch)
+        )
 
     def postcondition(self, module: cst.Module, release: Version) -> None:
         chain = cst_tools.if_chain(_mxfp4_chain(module))

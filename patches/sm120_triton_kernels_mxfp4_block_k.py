@@ -79,7 +79,7 @@ def _is_gate(test: cst.BaseExpression, module: cst.Module) -> bool:
 
 
 def _sm120_branches(function: cst.FunctionDef, module: cst.Module) -> list[cst.If]:
-    return [n for n in cst_tools.find_all(function, cst.If) if _is_gate(n.test, module)]
+    return [n for n in cst_tools.find_compound(function, cst.If) if _is_gate(n.test, module)]
 
 
 def _calls(node: cst.CSTNode, name: str) -> bool:

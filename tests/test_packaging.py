@@ -17,9 +17,7 @@ from tests import wheels
 
 REPO = Path(__file__).resolve().parent.parent
 # One module per patch in patches/, named for its id.
-BUILT_INS = {
-    p.stem.replace("_", "-") for p in (REPO / "patches").glob("*.py") if p.stem[0] != "_"
-}
+BUILT_INS = {p.stem.replace("_", "-") for p in (REPO / "patches").glob("*.py") if p.stem[0] != "_"}
 
 
 def run(*args: str | Path, env: dict[str, str] | None = None, **kwargs: object) -> str:
