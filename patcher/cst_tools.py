@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from typing import TypeVar
+from typing import TypeGuard, TypeVar
 
 import libcst as cst
 
@@ -279,6 +279,21 @@ def find_all(node: cst.CSTNode, kind: type[T]) -> list[T]:
 
 
 _BLOCK_PARTS = (cst.BaseSuite, cst.BaseStatement, cst.Else, cst.Finally, *_HANDLERS)
+_IS_BLOCK_PART: dict[type, bool] = {}
+
+
+def _block_part(value: object) -> TypeGuard[cst.CSTNode]:
+    """Whether `value` is a block or a statement that may hold blocks (not a simple line).
+
+    Memoised per class: `isinstance` against libcst's abstract bases is slow in a hot loop.
+    """
+    cls = value.__class__
+    known = _IS_BLOCK_PART.get(cls)
+    if known is None:
+        known = _IS_BLOCK_PART[cls] = issubclass(cls, _BLOCK_PARTS) and not issubclass(
+            cls, (cst.SimpleStatementLine, cst.SimpleStatementSuite)
+        )
+    return known
 
 
 def find_compound(node: cst.CSTNode, kind: type[T]) -> list[T]:
@@ -294,10 +309,10 @@ def find_compound(node: cst.CSTNode, kind: type[T]) -> list[T]:
         if isinstance(current, kind):
             found.append(current)
         for _, value in _fields(current):
-            if isinstance(value, _BLOCK_PARTS):
+            if _block_part(value):
                 stack.append(value)
             elif value.__class__ in (list, tuple):
-                stack.extend(item for item in value if isinstance(item, _BLOCK_PARTS))
+                stack.extend(item for item in value if _block_part(item))
     return found
 
 
@@ -377,12 +392,12 @@ def replace_statement(
         if current is old:
             break
         for field, value in _fields(current):
-            if isinstance(value, _BLOCK_PARTS):
+            if _block_part(value) or (value is old and isinstance(value, cst.CSTNode)):
                 parents[id(value)] = (current, field, None)
                 stack.append(value)
             elif value.__class__ in (list, tuple):
                 for position, item in enumerate(value):
-                    if isinstance(item, _BLOCK_PARTS):
+                    if _block_part(item) or (item is old and isinstance(item, cst.CSTNode)):
                         parents[id(item)] = (current, field, position)
                         stack.append(item)
     else:
