@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from typing import TypeVar
+from typing import TypeGuard, TypeVar
 
 import libcst as cst
 
@@ -385,3 +385,147 @@ def _dotted(node: cst.BaseExpression) -> str | None:
 def walk(node: cst.CSTNode, kind: type[T]) -> Iterator[T]:
     """Every node of type `kind` under `node` (public form of `_walk`)."""
     return _walk(node, kind)
+
+
+def find_all(node: cst.CSTNode, kind: type[T]) -> list[T]:
+    """Every node of type `kind` under `node` (in no particular order)."""
+    return list(_walk(node, kind))
+
+
+_BLOCK_PARTS = (cst.BaseSuite, cst.BaseStatement, cst.Else, cst.Finally, *_HANDLERS)
+_IS_BLOCK_PART: dict[type, bool] = {}
+
+
+def _block_part(value: object) -> TypeGuard[cst.CSTNode]:
+    """Whether `value` is a block or a statement that may hold blocks (not a simple line).
+
+    Memoised per class: `isinstance` against libcst's abstract bases is slow in a hot loop.
+    """
+    cls = value.__class__
+    known = _IS_BLOCK_PART.get(cls)
+    if known is None:
+        known = _IS_BLOCK_PART[cls] = issubclass(cls, _BLOCK_PARTS) and not issubclass(
+            cls, (cst.SimpleStatementLine, cst.SimpleStatementSuite)
+        )
+    return known
+
+
+def find_compound(node: cst.CSTNode, kind: type[T]) -> list[T]:
+    """Every compound statement (`if`, `def`, `with`, ...) of type `kind` under `node`.
+
+    Descends through blocks only, never into expressions, so it is much cheaper than
+    `find_all` on a large module.
+    """
+    found: list[T] = []
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, kind):
+            found.append(current)
+        for _, value in _fields(current):
+            if _block_part(value):
+                stack.append(value)
+            elif value.__class__ in (list, tuple):
+                stack.extend(item for item in value if _block_part(item))
+    return found
+
+
+def if_chain(head: cst.If) -> list[cst.If]:
+    """The branches of `if ...: elif ...: elif ...:`, head first."""
+    branches = [head]
+    while isinstance(branches[-1].orelse, cst.If):
+        branches.append(branches[-1].orelse)
+    return branches
+
+
+def with_branch_before(head: cst.If, index: int, branch: cst.If) -> cst.If:
+    """The chain starting at `head` with `branch` inserted as branch number `index`.
+
+    Comments above the old head stay above the chain, which `branch` may now start.
+    """
+    branches = if_chain(head)
+    tail = branches[-1].orelse
+    ordered = [*branches[:index], branch.with_changes(leading_lines=()), *branches[index:]]
+    ordered[index + 1] = ordered[index + 1].with_changes(leading_lines=())
+    rebuilt: cst.If | cst.Else | None = tail
+    for node in reversed(ordered):
+        rebuilt = node.with_changes(orelse=rebuilt)
+    assert isinstance(rebuilt, cst.If)
+    return rebuilt.with_changes(leading_lines=head.leading_lines)
+
+
+def imports_name(module: cst.Module, source: str, name: str) -> bool:
+    """Whether a top-level `from <source> import ... name ...` is in the module."""
+    for statement in module.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if (
+                isinstance(small, cst.ImportFrom)
+                and small.module is not None
+                and module.code_for_node(small.module) == source
+                and not isinstance(small.names, cst.ImportStar)
+                and any(
+                    isinstance(alias.name, cst.Name) and alias.name.value == name
+                    for alias in small.names
+                )
+            ):
+                return True
+    return False
+
+
+def with_alias(node: cst.ImportFrom, name: str) -> cst.ImportFrom:
+    """`from x import a, b` -> `from x import a, b, name`, laid out like the names before it."""
+    if isinstance(node.names, cst.ImportStar):
+        raise AnchorMissing("cannot add a name to `import *`")
+    names = list(node.names)
+    last = names[-1]
+    if isinstance(last.comma, cst.Comma):  # a trailing comma: the new name keeps it
+        new = cst.ImportAlias(cst.Name(name), comma=last.comma)
+        between = names[-2].comma if len(names) > 1 else last.comma
+    else:
+        new = cst.ImportAlias(cst.Name(name))
+        between = names[-2].comma if len(names) > 1 else cst.Comma(cst.SimpleWhitespace(""))
+    if not isinstance(between, cst.Comma):
+        between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    names[-1] = last.with_changes(comma=between)
+    return node.with_changes(names=[*names, new])
+
+
+def replace_statement(
+    module: cst.Module, old: cst.BaseStatement, new: cst.BaseStatement
+) -> cst.Module:
+    """`replace` for a statement: the search for `old` descends through blocks only.
+
+    On a file the size of server_args.py this is several times cheaper than `replace`.
+    """
+    parents: dict[int, tuple[cst.CSTNode, str, int | None]] = {}
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        current = stack.pop()
+        if current is old:
+            break
+        for field, value in _fields(current):
+            if _block_part(value) or (value is old and isinstance(value, cst.CSTNode)):
+                parents[id(value)] = (current, field, None)
+                stack.append(value)
+            elif value.__class__ in (list, tuple):
+                for position, item in enumerate(value):
+                    if _block_part(item) or (item is old and isinstance(item, cst.CSTNode)):
+                        parents[id(item)] = (current, field, position)
+                        stack.append(item)
+    else:
+        raise AnchorMissing("the statement to replace is not in the module")
+    replacement: cst.CSTNode = new
+    node: cst.CSTNode = old
+    while id(node) in parents:
+        parent, field, index = parents[id(node)]
+        value = getattr(parent, field)
+        if index is not None:
+            value = type(value)((*value[:index], replacement, *value[index + 1 :]))
+        else:
+            value = replacement
+        replacement = parent.with_changes(**{field: value})
+        node = parent
+    assert isinstance(replacement, cst.Module)
+    return replacement
