@@ -71,7 +71,11 @@ def test_a_symlinked_file_is_refused(runner: CliRunner, site_059: Path, tmp_path
 
 def test_a_corrupt_state_file(runner: CliRunner, site_059: Path) -> None:
     report = api.apply(site_059, None)
+    # Only a committed state counts: a work tree that differs from HEAD is ignored, so the
+    # corruption is committed (as a damaged disk or a hand edit plus `git commit` would).
     (report.ledger / "state.json").write_text("{not json")
+    git = ["git", "-C", str(report.ledger), "-c", "user.name=x", "-c", "user.email=x@x"]
+    subprocess.run([*git, "commit", "-qam", "damage"], check=True)
     fails(runner, site_059, ExitCode.LEDGER, ["state.json is unreadable"])
     fails(runner, site_059, ExitCode.LEDGER, ["state.json is unreadable"], "revert")
     fails(runner, site_059, ExitCode.LEDGER, ["state.json is unreadable"], "status")
