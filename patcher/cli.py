@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Optional, TypeVar
+from typing import Annotated, Any, NoReturn, Optional, TypeVar
 
 import typer
 
@@ -88,8 +88,7 @@ def handled(command: F) -> F:
             _error(message)
             raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt:
-            _error("interrupted")
-            raise typer.Exit(ExitCode.INTERRUPTED) from None
+            _exit_interrupted()
         except BrokenPipeError:  # `sglpatch ... | head`: the reader left; say nothing more
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise typer.Exit(ExitCode.OK if _changed else ExitCode.BROKEN_PIPE) from None
@@ -97,8 +96,7 @@ def handled(command: F) -> F:
             raise
         except Exception as error:
             if _interrupted(error):  # e.g. Ctrl-C in the middle of importing libcst
-                _error("interrupted")
-                raise typer.Exit(ExitCode.INTERRUPTED) from None
+                _exit_interrupted()
             if _unwritable_stdout(error):  # full or failing: what was done is done
                 raise typer.Exit(ExitCode.OK if _changed else ExitCode.BROKEN_PIPE) from None
             # a bug in sglpatch: keep the details, show one line
@@ -107,6 +105,15 @@ def handled(command: F) -> F:
             raise typer.Exit(ExitCode.BUG) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _exit_interrupted() -> NoReturn:
+    _error("interrupted")
+    # CPython remembers a KeyboardInterrupt that escaped an eval or exec of source text (namedtuple
+    # and dataclass creation use them, e.g. while libcst imports) and then ends the process by
+    # SIGINT instead of with our exit code. Evaluating any source text clears that flag.
+    eval("None")
+    raise typer.Exit(ExitCode.INTERRUPTED) from None
 
 
 # Set by a command once its change is on disk: output that fails after that is no failure.
@@ -557,4 +564,5 @@ def main() -> None:
         app()
     except KeyboardInterrupt:  # before or after a command's own handler (typer building it)
         _error("interrupted")
+        eval("None")  # see _exit_interrupted
         sys.exit(ExitCode.INTERRUPTED)
