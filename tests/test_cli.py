@@ -363,7 +363,7 @@ TRIP = """
 import importlib.abc, os, signal, sys
 class Trip(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name == "libcst._nodes.expression":
+        if name == "libcst._batched_visitor":  # the first thing libcst imports
             os.kill(os.getpid(), signal.SIGINT)
         return None
 sys.meta_path.insert(0, Trip())

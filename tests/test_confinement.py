@@ -13,8 +13,9 @@ from packaging.version import Version
 from typer.testing import CliRunner
 
 from sglpatch import catalogue
+from sglpatch.catalogue import CatalogueError
 from sglpatch.cli import app
-from sglpatch.errors import CatalogueError, ExitCode
+from sglpatch.errors import ExitCode
 from tests import wheels
 from tests.conftest import snapshot
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import select
 import signal
 import subprocess
 import sys
@@ -82,7 +83,11 @@ def test_ctrl_c_at_a_prompt_aborts_with_nothing_written(site_059: Path) -> None:
     assert process.stdin is not None and process.stderr is not None
     asked = b""
     for answer in (b"y\n", None):
-        while asked.count(b"[y,n,q,?]: ") < (1 if answer else 2):
+        while asked.count(b"[y,n,q,?]:") < (1 if answer else 2):
+            ready, _, _ = select.select([process.stderr], [], [], 60)
+            if not ready:
+                process.kill()
+                pytest.fail(f"no question on stderr: {asked!r}")
             asked += process.stderr.read1(4096)
         if answer:
             process.stdin.write(answer)
