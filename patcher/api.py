@@ -108,12 +108,18 @@ def _plan_apply(
     commit = None
     if write and plan.changes and not plan.failures:
         patch_ids = [p for c in plan.changes for p in c.patch_ids]
+        after = _applied_state(state, release, plan.outcomes, plan.changes)
         change = journal.Change(
             "apply",
             _message("apply", target, release, patch_ids),
-            _applied_state(state, release, plan.outcomes, plan.changes),
+            after,
             {
-                **{f"original/{c.path}": c.before for c in plan.changes},
+                # A patch added on top of our own keeps the first original: never overwrite it.
+                **{
+                    f"original/{c.path}": c.before
+                    for c in plan.changes
+                    if after.files[c.path].original == sha256(c.before)
+                },
                 **{f"patched/{c.path}": c.after for c in plan.changes},
             },
             tuple(journal.Write(c.path, sha256(c.before), c.after) for c in plan.changes),

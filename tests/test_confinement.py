@@ -149,3 +149,18 @@ def test_export_never_writes_into_the_target_or_the_ledger(
     assert result.exit_code == ExitCode.REFUSED, result.stdout
     assert f"inside the {inside}" in result.stderr
     assert {**everything(site_059), **everything(ledger)} == before
+
+
+def test_a_patch_added_on_top_of_ours_keeps_the_first_original(
+    runner: CliRunner, site_059: Path, tmp_path: Path
+) -> None:
+    """Two applies on one file: revert must still find the pristine bytes, not the middle ones."""
+    pristine = snapshot(site_059)
+    assert runner.invoke(app, ["apply", "--target", str(site_059)]).exit_code == 0
+    sizes = "srt/distributed/device_communicators/all_reduce_utils.py"
+    catalog = plugin(tmp_path / "plugins", repr(sizes))
+    result = runner.invoke(app, ["apply", "--target", str(site_059), "--catalog", str(catalog)])
+    assert result.exit_code == 0 and "Patched 1 file(s)" in result.stdout, result.stderr
+    result = runner.invoke(app, ["revert", "--target", str(site_059)])
+    assert result.exit_code == 0, result.stderr
+    assert snapshot(site_059) == pristine
