@@ -152,7 +152,7 @@ class Ledger:
         """
         found: dict[str, tuple[Path, str]] = {}
         digests: dict[str, str | None] = {}
-        for ledger in dict.fromkeys((self.directory, *known_ledgers())):
+        for ledger in dict.fromkeys((self.directory, default_directory(), *known_ledgers())):
             for state_file in sorted((ledger / "targets").glob("*/state.json")):
                 folder = state_file.parent
                 if folder == record.directory:

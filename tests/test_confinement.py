@@ -164,3 +164,18 @@ def test_a_patch_added_on_top_of_ours_keeps_the_first_original(
     result = runner.invoke(app, ["revert", "--target", str(site_059)])
     assert result.exit_code == 0, result.stderr
     assert snapshot(site_059) == pristine
+
+
+def test_revert_does_not_write_through_a_folder_made_a_symlink_since(
+    runner: CliRunner, site_059: Path, tmp_path: Path
+) -> None:
+    assert runner.invoke(app, ["apply", "--target", str(site_059)]).exit_code == 0
+    models = site_059 / "sglang" / "srt" / "models"
+    elsewhere = tmp_path / "elsewhere"
+    models.rename(elsewhere)
+    models.symlink_to(elsewhere, target_is_directory=True)
+    before = everything(tmp_path)
+    result = runner.invoke(app, ["revert", "--force", "--target", str(site_059)])
+    assert result.exit_code == ExitCode.REFUSED, result.stdout
+    assert "sglang/srt/models is now a symbolic link" in result.stderr
+    assert everything(tmp_path) == before
