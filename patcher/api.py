@@ -249,17 +249,16 @@ def _inside(target: Target, path: str, record: Record) -> Path:
     """The file a recorded path names, which must lie in the target's package."""
     location = target.root / path
     package = target.package_dir.resolve()
-    if (
-        ".." in path.split("/")
-        or not location.is_relative_to(target.package_dir)
-        or not location.parent.resolve().is_relative_to(package)
-    ):
-        raise LedgerError(
-            f"the record names {path!r}, outside the target's package", str(record.directory)
-        )
+    outside = LedgerError(
+        f"the record names {path!r}, outside the target's package", str(record.directory)
+    )
+    if ".." in path.split("/") or not location.is_relative_to(target.package_dir):
+        raise outside
     linked = symlink_on_the_way(target, str(location.relative_to(target.package_dir)))
     if linked is not None:
         raise RefusedError(f"{linked} is now a symbolic link to a directory; nothing was reverted")
+    if not location.parent.resolve().is_relative_to(package):
+        raise outside
     return location
 
 

@@ -368,6 +368,7 @@ class Record:
             before = {path: _read_or_none(path) for path in paths}
         except (git.exc.GitError, OSError, ValueError) as error:
             raise LedgerError(f"cannot record the change ({error})", str(self.directory)) from None
+        tree = None
         try:
             for data, path in zip(files.values(), paths[:-1], strict=True):
                 write_atomic(path, data)
@@ -390,15 +391,34 @@ class Record:
                     repo, tree, message, parents, head=True, author=actor, committer=actor
                 )
                 commit_sha = str(commit.hexsha)
-        except BaseException as error:
+        except Exception as error:
+            landed = self._head_sha_if_tree(repo, tree)
+            if landed is not None:  # HEAD moved before the error (a reflog write): it stands
+                self._mark_committed(state.to_json())
+                return landed
             self._roll_back(repo, before)
             if isinstance(error, (git.exc.GitError, OSError, ValueError)):
                 raise LedgerError(
                     f"cannot record the change ({error})", str(self.directory)
                 ) from None
             raise
+        except BaseException:  # Ctrl-C outside carry_out's hold, SystemExit
+            if self._head_sha_if_tree(repo, tree) is None:
+                self._roll_back(repo, before)
+            raise
         self._mark_committed(state.to_json())
         return commit_sha
+
+    @staticmethod
+    def _head_sha_if_tree(repo: Any, tree: Any) -> str | None:
+        try:
+            if tree is not None and repo.head.is_valid():
+                head = repo.head.commit
+                if head.tree.binsha == tree.binsha:
+                    return str(head.hexsha)
+        except Exception:  # HEAD unreadable: it did not take our commit
+            return None
+        return None
 
     def _mark_committed(self, data: bytes) -> None:
         # Without the mark, reads take state.json from HEAD: slower, still right.

@@ -167,3 +167,23 @@ def test_relative_locations_are_made_absolute(
     monkeypatch.setenv("SGLPATCH_LEDGER", "mine")
     assert default_directory() == tmp_path / "mine"
     assert Ledger(Path("other")).directory == tmp_path / "other"
+
+
+def test_a_commit_that_landed_before_an_error_stands(
+    tmp_path: Path, target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HEAD moved, then something failed (say, the reflog): rolling back would strand it."""
+    import git
+
+    record = Ledger(tmp_path / "ledger").record(target)
+    record.commit("apply: p", State("0.5.9", ["p"]), {})
+    create = git.Commit.create_from_tree
+
+    def landed_then_failed(cls: type, *args: object, **kwargs: object) -> object:
+        create(*args, **kwargs)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(git.Commit, "create_from_tree", classmethod(landed_then_failed))
+    sha = record.commit("revert: p", State("0.5.9"), {})
+    assert record.state() == State("0.5.9")
+    assert record.history()[0].commit == sha
