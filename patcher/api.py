@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from packaging.version import Version
@@ -24,7 +24,7 @@ from sglpatch.reports import (
     StatusReport,
 )
 from sglpatch.results import AlreadyApplied, Applied, Failed, NotApplicable, Outcome
-from sglpatch.target import Target, find_target, parse_release
+from sglpatch.target import Target, find_target, parse_release, symlink_on_the_way
 
 __all__ = [
     "ApplyReport",
@@ -146,16 +146,22 @@ def _plan_apply(
             _message("apply", target, release, patch_ids, after.skipped),
             after,
             {
-                **{f"original/{c.path}": c.before for c in plan.changes},
+                # A patch added on top of our own keeps the first original: never overwrite it.
+                **{
+                    f"original/{c.path}": c.before
+                    for c in plan.changes
+                    if after.files[c.path].original == sha256(c.before)
+                },
                 **{f"patched/{c.path}": c.after for c in plan.changes},
             },
             tuple(journal.Write(c.path, sha256(c.before), c.after) for c in plan.changes),
+            previous=state,
         )
         commit = journal.carry_out(record, target, change)
     return ApplyReport(
         target,
         record.directory,
-        plan.outcomes,
+        _owned_elsewhere(record, plan.outcomes),
         text,
         changed,
         commit is not None,
@@ -163,6 +169,23 @@ def _plan_apply(
         untested,
         finished.action if finished else None,
     )
+
+
+def _owned_elsewhere(record: Record, outcomes: tuple[Outcome, ...]) -> tuple[Outcome, ...]:
+    """ "Already upstream" is wrong for a file another ledger record says sglpatch patched."""
+    if not any(isinstance(o, AlreadyApplied) and o.by == "upstream" for o in outcomes):
+        return outcomes
+    foreign = record.ledger.foreign(record)
+    return tuple(
+        AlreadyApplied(o.patch_id, o.file, "sglpatch", _elsewhere(*foreign[o.file]))
+        if isinstance(o, AlreadyApplied) and o.by == "upstream" and o.file in foreign
+        else o
+        for o in outcomes
+    )
+
+
+def _elsewhere(folder: Path, owner: str) -> str:
+    return f"recorded in another ledger at {folder} (target {owner})"
 
 
 def _applied_state(
@@ -192,7 +215,7 @@ def _applied_state(
     ours = set(state.patches) if same else set()
     ours |= {o.patch_id for o in outcomes if isinstance(o, Applied)}
     skipped = (set(state.skipped) if same else set()) | set(left_out)
-    return State(str(release), sorted(ours), files, sorted(skipped - ours))
+    return State(str(release), sorted(ours), files, sorted(skipped - ours), state.extra)
 
 
 def revert(
@@ -211,34 +234,46 @@ def revert(
         done = finished.action if finished else None
         state = record.state()
         if not state.files:
+            _refuse_foreign(record)
             return RevertReport(target, record.directory, (), (), (), None, done)
         writes: list[journal.Write] = []
         untouched: list[str] = []
         edited: dict[str, bytes] = {}
+        replaced: list[str] = []  # no longer regular files: never written over, even forced
         for path, file in sorted(state.files.items()):
-            current = _read(target.root / path)
+            location = _inside(target, path, record)
+            digest = journal.current(location)
             original = record.stored("original", path)
             if sha256(original) != file.original:
                 raise LedgerError(
                     f"the recorded original of {path} is damaged", str(record.directory)
                 )
-            digest = sha256(current) if current is not None else None
             if digest == file.original:
                 untouched.append(path)
                 continue
-            if current is None and not force:
+            if digest == "":
+                replaced.append(path)
+                continue
+            if digest is None and not force:
                 raise RefusedError(f"{path} is missing; revert --force recreates it")
-            if current is not None and digest != file.patched:
-                edited[path] = current
+            if digest is not None and digest != file.patched:
+                edited[path] = location.read_bytes()
             writes.append(journal.Write(path, digest, original))
-        if edited and not force:
-            raise RefusedError(_edited_message(target, state, sorted(edited)))
+        if (edited or replaced) and not force:
+            raise RefusedError(_edited_message(target, state, sorted(edited), replaced))
+        kept = {path: state.files[path] for path in replaced}
         change = journal.Change(
             "revert",
             _message("revert", target, target.release, state.patches),
-            State(state.release),
+            State(
+                state.release,
+                sorted({p for f in kept.values() for p in f.patches}),
+                kept,
+                extra=state.extra,
+            ),
             {f"edited/{path}": data for path, data in edited.items()},
             tuple(writes),
+            previous=state,
         )
         commit = journal.carry_out(record, target, change)
         return RevertReport(
@@ -249,10 +284,47 @@ def revert(
             tuple(sorted(edited)),
             commit,
             done,
+            tuple(replaced),
         )
 
 
-def _edited_message(target: Target, state: State, edited: list[str]) -> str:
+def _inside(target: Target, path: str, record: Record) -> Path:
+    """The file a recorded path names, which must lie in the target's package."""
+    location = target.root / path
+    package = target.package_dir.resolve()
+    outside = LedgerError(
+        f"the record names {path!r}, outside the target's package", str(record.directory)
+    )
+    if ".." in path.split("/") or not location.is_relative_to(target.package_dir):
+        raise outside
+    linked = symlink_on_the_way(target, str(location.relative_to(target.package_dir)))
+    if linked is not None:
+        raise RefusedError(f"{linked} is now a symbolic link to a directory; nothing was reverted")
+    if not location.parent.resolve().is_relative_to(package):
+        raise outside
+    return location
+
+
+def _refuse_foreign(record: Record) -> None:
+    """Nothing recorded here: "nothing to revert" would be wrong if another record patched it."""
+    foreign = record.ledger.foreign(record)
+    if foreign:
+        folder, owner = next(iter(foreign.values()))
+        raise RefusedError(
+            f"{', '.join(sorted(foreign))} hold bytes sglpatch wrote, {_elsewhere(folder, owner)}"
+            f"; this ledger has no record of them. Run revert with --ledger "
+            f"{folder.parent.parent} --target {owner}, or move the tree back"
+        )
+
+
+def _edited_message(target: Target, state: State, edited: list[str], replaced: list[str]) -> str:
+    if replaced:
+        gone = ", ".join(replaced)
+        also = f"; {', '.join(edited)} changed since sglpatch patched it" if edited else ""
+        return (
+            f"{gone} is no longer a regular file{also}; nothing was reverted. revert --force "
+            "restores the rest and leaves it (its original bytes stay in the ledger)"
+        )
     if target.release is not None and state.release not in (None, str(target.release)):
         return (
             f"the target is now SGLang {target.release} but the ledger's patches were applied to "
@@ -275,22 +347,39 @@ def status(
     target = find_target(target_path, None, required=False)
     record = _record(target, ledger_dir)
     state = record.state()
-    rows = tuple(_status_of(p, target, state) for p in catalogue.load(catalog))
-    return StatusReport(target, record.directory, rows, journal.pending(record))
+    interrupted = journal.pending(record)
+    if interrupted is not None and interrupted != "unknown":
+        change = journal.load(record)
+        if change is not None:  # until it is finished, each file is on one side of it
+            state = journal.effective_state(record, target, change)
+    foreign: dict[str, tuple[Path, str]] | None = None
+
+    def elsewhere(path: str) -> tuple[Path, str] | None:
+        nonlocal foreign
+        if foreign is None:
+            foreign = record.ledger.foreign(record)
+        return foreign.get(path)
+
+    rows = tuple(_status_of(p, target, state, elsewhere) for p in catalogue.load(catalog))
+    return StatusReport(target, record.directory, rows, interrupted)
 
 
-def _status_of(patch: Patch, target: Target, state: State) -> PatchStatus:
+def _status_of(
+    patch: Patch,
+    target: Target,
+    state: State,
+    elsewhere: Callable[[str], tuple[Path, str] | None],
+) -> PatchStatus:
     release = target.release
     if release is None:
         return PatchStatus(patch.id, "unknown", None, "the target's release is unknown")
-    package_path = patch.target_file(release)
+    package_path = patch.package_file(release)
     if package_path is None:
         return PatchStatus(patch.id, "not for this release", None)
     path = target.relative(package_path)
     file = state.files.get(path)
     if patch.id in state.patches and file is not None:
-        current = _read(target.root / path)
-        digest = sha256(current) if current is not None else None
+        digest = journal.current(target.root / path)
         if state.release != str(release):
             note = f"applied to {state.release}; the target is now {release} (upgraded)"
             return PatchStatus(patch.id, "not applied", path, note)
@@ -300,9 +389,14 @@ def _status_of(patch: Patch, target: Target, state: State) -> PatchStatus:
             return PatchStatus(
                 patch.id, "not applied", path, "the original bytes are back (reinstalled?)"
             )
+        if digest == "":
+            return PatchStatus(patch.id, "edited since applied", path, "no longer a regular file")
         return PatchStatus(patch.id, "edited since applied", path)
     if patch.id in state.patches:
         return PatchStatus(patch.id, "applied", path)
+    owner = elsewhere(path)
+    if owner is not None:
+        return PatchStatus(patch.id, "patched", path, _elsewhere(*owner))
     if patch.fixed_upstream(release):
         return PatchStatus(
             patch.id, "already upstream", path, f"fixed in {patch.fixed_upstream_in}"
@@ -376,7 +470,7 @@ def _row(patch: Patch, release: Version | None) -> CatalogueRow:
         return CatalogueRow(
             patch.id, patch.description, str(patch.tested), fixed, patch.origin, None, None
         )
-    package_path = patch.target_file(release)
+    package_path = patch.package_file(release)
     if not patch.is_tested(release):
         effect, outlook = "refused", f"refused: untested on {release} (--force runs it)"
     elif package_path is None:
@@ -396,14 +490,15 @@ def _record(target: Target, ledger_dir: Path | None) -> Record:
 
 
 def _release(target: Target) -> Version:
-    assert target.release is not None  # find_target(required=True) settles it
+    if target.release is None:  # find_target(required=True) settles it; never guess
+        raise UsageError(f"cannot tell which SGLang release {target.root} is; pass --version")
     return target.release
 
 
 def _read(path: Path) -> bytes | None:
     try:
         return path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, IsADirectoryError):
         return None
 
 
@@ -456,6 +551,8 @@ def export(
     release = _release(target)
     patches, _, _ = _patches_for(release, catalog, force)
     record = _record(target, ledger_dir)
+    if output != "-":
+        _refuse_output_inside(Path(output), target, record)
     state = record.state()
     pristine: dict[str, bytes] = {}
     if state.release == str(release):
@@ -472,6 +569,16 @@ def export(
         except OSError as error:
             raise UsageError(f"cannot write {output}: {error.strerror}") from None
     return report
+
+
+def _refuse_output_inside(output: Path, target: Target, record: Record) -> None:
+    """The diff must never overwrite a file of the target or of the ledger."""
+    where = output.resolve()
+    for protected, what in ((target.root, "target"), (record.ledger.directory, "ledger")):
+        if where.is_relative_to(protected.resolve()):
+            raise RefusedError(
+                f"--output {output} is inside the {what} {protected}; write it elsewhere"
+            )
 
 
 def preview(

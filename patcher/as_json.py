@@ -59,6 +59,7 @@ def revert(report: api.RevertReport) -> JSON:
         "restored": list(report.restored),
         "already_original": list(report.untouched),
         "saved_edits": list(report.saved_edits),
+        "left": list(report.left),
         "commit": report.commit,
         "finished_interrupted": report.finished,
     }

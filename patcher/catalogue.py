@@ -11,17 +11,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
-from sglpatch.errors import ExitCode, SglpatchError
-from sglpatch.patch import Patch
+from sglpatch.errors import CatalogueError
+from sglpatch.patch import Patch, blame, path_problem
 
-
-class CatalogueError(SglpatchError):
-    """A patch module (built-in or a plugin) is malformed or cannot be loaded."""
-
-    exit_code = ExitCode.USAGE
-
+__all__ = ["CatalogueError", "load", "patch_in", "validate"]
 
 ENTRY_POINTS = "sglpatch.patches"
 
@@ -67,7 +62,14 @@ def load(
             modules += directory_modules(catalog_dir)
     patches = []
     for module, origin in modules:
-        patch = patch_in(module)()
+        cls = patch_in(module)
+        try:
+            patch = cls()
+        except Exception as error:
+            raise _keeping_cause(
+                f"cannot create patch {module.__name__}.{cls.__name__} ({origin}): "
+                f"{type(error).__name__}: {error}"
+            ) from error
         patch.origin = origin
         patches.append(patch)
     seen: dict[str, str] = {}
@@ -116,7 +118,7 @@ def plugin_modules() -> list[tuple[ModuleType, str]]:
         try:
             module = importlib.import_module(point.module)
         except Exception as error:
-            raise CatalogueError(f"cannot load {origin} ({point.value}): {error}") from None
+            raise _keeping_cause(f"cannot load {origin} ({point.value}): {error}") from error
         found.append((module, origin))
     return found
 
@@ -139,8 +141,28 @@ def directory_modules(folder: Path) -> list[tuple[ModuleType, str]]:
             spec.loader.exec_module(module)
         except Exception as error:
             del sys.modules[name]
-            raise CatalogueError(f"cannot load {path}: {type(error).__name__}: {error}") from None
+            raise _keeping_cause(f"cannot load {path}: {type(error).__name__}: {error}") from error
         found.append((module, str(folder)))
+    return found
+
+
+def _keeping_cause(message: str) -> CatalogueError:
+    """A one-line error whose traceback (the plugin's own) the CLI keeps in the crash log."""
+    import traceback
+
+    error = CatalogueError(message)
+    error.details = traceback.format_exc()
+    return error
+
+
+def _probe_releases(patch: Patch) -> list[Version]:
+    """The releases named in a patch's `tested` specifiers: where its target_file is checked."""
+    found = []
+    for spec in getattr(type(patch), "tested", ()):
+        try:
+            found.append(Version(spec.version.removesuffix(".*")))
+        except (InvalidVersion, AttributeError):
+            continue
     return found
 
 
@@ -163,6 +185,18 @@ def validate(patch: Patch) -> None:
         problems.append("fixed_upstream_in must be a Version")
     if not (cls.__doc__ or "").strip() or not (cls.__module__ and _module_doc(cls)):
         problems.append("the class and its module need docstrings saying why it exists")
+    # target_file depends on the release: check it at the releases `tested` names now, and at
+    # the target's own release when a command runs (Patch.package_file).
+    for release in [] if problems else _probe_releases(patch):
+        try:
+            with blame(patch):
+                path = cls.target_file(patch, release)
+        except Exception:
+            continue  # reported with its plugin's name when a command calls it
+        problem = None if path is None else path_problem(path)
+        if problem is not None:
+            problems.append(f"target_file names {path!r} for SGLang {release}, which {problem}")
+            break
     if problems:
         raise CatalogueError(f"patch {cls.__module__}.{cls.__name__}: {'; '.join(problems)}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -9,12 +10,12 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional, TypeVar
 
 import typer
 
 from sglpatch import __version__, api, as_json
-from sglpatch.errors import ExitCode, SglpatchError, UsageError
+from sglpatch.errors import ExitCode, RefusedError, SglpatchError, UsageError
 from sglpatch.results import AlreadyApplied, Failed, NotApplicable, Outcome
 from sglpatch.usage import Group, examples
 
@@ -95,43 +96,99 @@ def handled(command: F) -> F:
 
     @functools.wraps(command)
     def wrapper(*args: object, **kwargs: object) -> None:
+        ledger = kwargs.get("ledger")
+        ledger = ledger if isinstance(ledger, Path) else None
+        if sys.stdout is None:  # started with stdout closed: what it would say goes nowhere
+            sys.stdout = Path(os.devnull).open("w")  # noqa: SIM115 - lives as long as the process
+        _changed.clear()
         try:
             command(*args, **kwargs)
         except SglpatchError as error:
-            _error(error.message)
+            message = error.message
+            if error.details:  # e.g. a plugin's traceback: kept, not shown
+                message += f" (details in {_write_crash_log(ledger, error.details)})"
+            _error(message)
             raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt:
-            _error("interrupted")
-            raise typer.Exit(ExitCode.INTERRUPTED) from None
+            _exit_interrupted()
         except BrokenPipeError:  # `sglpatch ... | head`: the reader left; say nothing more
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            raise typer.Exit(ExitCode.BROKEN_PIPE) from None
+            raise typer.Exit(ExitCode.OK if _changed else ExitCode.BROKEN_PIPE) from None
         except typer.Exit:
             raise
-        except Exception as error:  # a bug in sglpatch: keep the details, show one line
-            log = _write_crash_log()
+        except Exception as error:
+            if _interrupted(error):  # e.g. Ctrl-C in the middle of importing libcst
+                _exit_interrupted()
+            if _unwritable_stdout(error):  # full or failing: what was done is done
+                raise typer.Exit(ExitCode.OK if _changed else ExitCode.BROKEN_PIPE) from None
+            # a bug in sglpatch: keep the details, show one line
+            log = _write_crash_log(ledger)
             _error(f"internal error: {type(error).__name__}: {error} (details in {log})")
             raise typer.Exit(ExitCode.BUG) from None
 
     return wrapper  # type: ignore[return-value]
 
 
+def _exit_interrupted() -> NoReturn:
+    _error("interrupted")
+    # CPython remembers a KeyboardInterrupt that escaped an eval or exec of source text (namedtuple
+    # and dataclass creation use them, e.g. while libcst imports) and then ends the process by
+    # SIGINT instead of with our exit code. Evaluating any source text clears that flag.
+    eval("None")
+    raise typer.Exit(ExitCode.INTERRUPTED) from None
+
+
+# Set by a command once its change is on disk: output that fails after that is no failure.
+_changed: list[bool] = []
+
+
+def _interrupted(error: BaseException) -> bool:
+    """Whether `error` was raised while a KeyboardInterrupt was being handled."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__context__
+    return False
+
+
+def _unwritable_stdout(error: Exception) -> bool:
+    """An OSError raised by echo writing to stdout (a full disk, a closed descriptor)."""
+    if not isinstance(error, OSError) or error.errno not in _OUTPUT_ERRNOS:
+        return False
+    frame = error.__traceback__
+    while frame is not None:
+        code = frame.tb_frame.f_code
+        if code.co_name == "echo" and "click" in code.co_filename:
+            return frame.tb_frame.f_locals.get("err") is not True
+        frame = frame.tb_next
+    return False
+
+
+_OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EBADF)
+
+
 def _error(message: str) -> None:
     typer.echo(f"sglpatch: error: {message}", err=True)
 
 
-def _write_crash_log() -> str:
+def _write_crash_log(ledger: Path | None, details: str | None = None) -> str:
+    """Append the traceback to `sglpatch-crash.log` in the ledger in use (--ledger or default)."""
     import traceback
 
     from sglpatch.ledger import default_directory
 
-    for folder in (default_directory(), Path(os.environ.get("TMPDIR", "/tmp"))):
+    folders = (
+        ledger.absolute() if ledger else default_directory(),
+        Path(os.environ.get("TMPDIR", "/tmp")),
+    )
+    for folder in folders:
         path = folder / "sglpatch-crash.log"
         try:
             folder.mkdir(parents=True, exist_ok=True)
             with path.open("a", encoding="utf-8") as handle:
                 handle.write(f"sglpatch {__version__}: {' '.join(sys.argv)}\n")
-                handle.write(traceback.format_exc() + "\n")
+                handle.write((details or traceback.format_exc()) + "\n")
             return str(path)
         except OSError:
             continue
@@ -143,7 +200,12 @@ def _emit(data: dict[str, Any]) -> None:
 
 
 def _colour() -> bool:
-    return sys.stdout.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+    return (
+        sys.stdout is not None
+        and sys.stdout.isatty()
+        and "NO_COLOR" not in os.environ
+        and os.environ.get("TERM") != "dumb"
+    )
 
 
 def _style(text: str, **style: Any) -> str:
@@ -177,6 +239,7 @@ STATE_COLOURS = {
     "not for this release": "white",
     "not applied": "yellow",
     "edited since applied": "red",
+    "patched": "magenta",
     "failed": "red",
 }
 
@@ -316,9 +379,14 @@ def apply(
     if interactive:
         if only is not None or skip:
             raise UsageError("--interactive asks about each patch itself; drop --only/--skip")
-        only = _choose(api.preview(target, version, ledger, force=force, catalog=catalog))
+        previews = api.preview(target, version, ledger, force=force, catalog=catalog)
+        only = _choose(previews, err=json_out)  # --json: stdout is the JSON object alone
         if not only:
-            typer.echo("No patch chosen; nothing was written.")
+            typer.echo("No patch chosen; nothing was written.", err=json_out)
+            if json_out:
+                _emit(
+                    as_json.apply(api.apply(target, version, ledger, dry_run=True, only=()), True)
+                )
             return
     report = api.apply(
         target,
@@ -331,6 +399,8 @@ def apply(
         skip=skip,
         record_skipped=not interactive,
     )
+    if report.written:
+        _changed.append(True)
     if json_out:
         _emit(as_json.apply(report, dry_run))
         if report.failures:
@@ -380,15 +450,19 @@ def apply(
         typer.echo("Nothing to do: every patch for this release is in place or not needed.")
 
 
-def _choose(previews: list[api.Preview]) -> list[str]:
-    """Ask about each patch that would change something, like `git add -p`: y, n or q."""
+def _choose(previews: list[api.Preview], err: bool = False) -> list[str]:
+    """Ask about each patch that would change something, like `git add -p`: y, n or q.
+
+    `err` sends the diffs to stderr too (the prompts always go there). Ctrl-C or the end of
+    input aborts the whole apply: nothing chosen so far is written.
+    """
     chosen: list[str] = []
     for preview in previews:
         if preview.outcome.state != "applied":
-            _row(preview.outcome.state, preview.id, _describe(preview.outcome))
+            _row(preview.outcome.state, preview.id, _describe(preview.outcome), err=err)
             continue
-        typer.echo(f"\n{preview.id}: {preview.description}")
-        typer.echo(_diff(preview.diff), nl=False, color=_colour())
+        typer.echo(f"\n{preview.id}: {preview.description}", err=err)
+        typer.echo(_diff(preview.diff), nl=False, color=_colour() and not err, err=err)
         answer = _ask(f"Apply {preview.id} [y,n,q,?]")
         while answer not in ("y", "n", "q"):
             typer.echo(
@@ -403,10 +477,17 @@ def _choose(previews: list[api.Preview]) -> list[str]:
 
 
 def _ask(question: str) -> str:
-    try:
-        return str(typer.prompt(question, default="", show_default=False, err=True)).strip()
-    except (typer.Abort, EOFError):  # end of input: stop asking, as q does
-        return "q"
+    """One answer from stdin; the question goes to stderr (typer.prompt echoes to stdout).
+
+    Ctrl-C raises KeyboardInterrupt (exit 130); the end of input is a refusal (exit 1). Neither
+    applies the answers given so far: only y, n and q are answers.
+    """
+    typer.echo(f"{question}: ", nl=False, err=True)
+    line = sys.stdin.readline()
+    if not line:
+        typer.echo("", err=True)
+        raise RefusedError("the input ended before every patch had an answer; nothing was written")
+    return line.strip()
 
 
 @app.command(
@@ -429,6 +510,8 @@ def revert(
 ) -> None:
     """Restore every file sglpatch changed to its recorded original bytes."""
     report = api.revert(target, ledger, force=force)
+    if report.commit:
+        _changed.append(True)
     if json_out:
         _emit(as_json.revert(report))
         return
@@ -444,6 +527,8 @@ def revert(
         typer.echo(f"  restored {path}")
     for path in report.untouched:
         typer.echo(f"  {path} already had its original bytes")
+    for path in report.left:
+        typer.echo(f"  left {path}: it is no longer a regular file")
     typer.echo(f"Reverted {len(report.restored)} file(s); recorded in {report.ledger}.")
 
 
@@ -678,4 +763,9 @@ def _print_diagnosis(report: api.DoctorReport) -> None:
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except KeyboardInterrupt:  # before or after a command's own handler (typer building it)
+        _error("interrupted")
+        eval("None")  # see _exit_interrupted
+        sys.exit(ExitCode.INTERRUPTED)

@@ -139,7 +139,8 @@ def replace(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Modul
         else:
             value = replacement
         replacement = parent.with_changes(**{field: value})
-    assert isinstance(replacement, cst.Module)
+    if not isinstance(replacement, cst.Module):  # a path that does not start at the module
+        raise AnchorMissing("the replaced node is not inside the module")
     return replacement
 
 
@@ -195,7 +196,8 @@ def ifs_testing(module: cst.Module, node: cst.CSTNode, test: str) -> list[cst.If
 
 
 def append_to_class(node: cst.ClassDef, statements: Sequence[cst.BaseStatement]) -> cst.ClassDef:
-    assert isinstance(node.body, cst.IndentedBlock)
+    if not isinstance(node.body, cst.IndentedBlock):  # `class X: pass` on one line
+        raise AnchorMissing(f"class {node.name.value} has no indented body to add to")
     return node.with_changes(body=node.body.with_changes(body=[*node.body.body, *statements]))
 
 

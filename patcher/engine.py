@@ -14,9 +14,10 @@ from sglpatch.patch import (
     AnchorMissing,
     Patch,
     PostconditionFailed,
+    blame,
 )
 from sglpatch.results import AlreadyApplied, Applied, Failed, NotApplicable, Outcome
-from sglpatch.target import Target
+from sglpatch.target import Target, symlink_on_the_way
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -56,7 +57,7 @@ def plan(
     outcomes: dict[str, Outcome] = {}
     by_file: dict[str, list[Patch]] = {}
     for patch in patches:
-        package_path = patch.target_file(release)
+        package_path = patch.package_file(release)
         if package_path is None:
             outcomes[patch.id] = NotApplicable(
                 patch.id, f"SGLang {release} does not have the code this patch fixes"
@@ -100,9 +101,12 @@ def transform_source(
     ours: Collection[str] = (),
 ) -> tuple[FileChange | None, dict[str, Outcome]]:
     """Run `patches` in turn over one file's bytes; `shown` names the file in results."""
+    # Load libcst before the try: a Ctrl-C while it imports must surface as KeyboardInterrupt,
+    # not as the AttributeError that evaluating the except clause on a half-loaded module gives.
+    parse, syntax_error = cst.parse_module, cst.ParserSyntaxError
     try:
-        module = cst.parse_module(source)
-    except cst.ParserSyntaxError as error:
+        module = parse(source)
+    except syntax_error as error:
         reason = f"syntax error at line {error.raw_line}: {error.message}"
         return None, {p.id: Failed(p.id, shown, reason) for p in patches}
 
@@ -110,12 +114,14 @@ def transform_source(
     applied: list[str] = []
     for patch in patches:
         try:
-            patched = patch.transform(module, release)
-            patch.postcondition(patched, release)
-            _require_idempotent(patch, patched, release)
+            with blame(patch):
+                patched = patch.transform(module, release)
+                patch.postcondition(patched, release)
+                _require_idempotent(patch, patched, release)
         except AlreadyPresent as present:
             try:
-                patch.postcondition(module, release)
+                with blame(patch):
+                    patch.postcondition(module, release)
             except PostconditionFailed as error:
                 outcomes[patch.id] = Failed(patch.id, shown, f"change present but {error}")
                 continue
@@ -156,6 +162,12 @@ def _read_source(target: Target, package_path: str) -> bytes:
     path = target.path(package_path)
     if path.is_symlink():
         raise _Unreadable("is a symbolic link; sglpatch only rewrites regular files")
+    linked = symlink_on_the_way(target, package_path)
+    if linked is not None:
+        raise _Unreadable(
+            f"{linked} is a symbolic link to a directory; sglpatch only rewrites regular files "
+            "inside the tree"
+        )
     try:
         source = path.read_bytes()
     except FileNotFoundError:

@@ -24,6 +24,8 @@ class SglpatchError(Exception):
     """Base of every error sglpatch expects; `str()` is the one-line message."""
 
     exit_code: ExitCode = ExitCode.BUG
+    # A traceback worth keeping (e.g. from a plugin's code): the CLI writes it to the crash log.
+    details: str | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -64,3 +66,17 @@ class LedgerError(SglpatchError):
 
 class LockedError(RefusedError):
     """Another sglpatch process holds the target; the wait for it timed out."""
+
+
+class CatalogueError(SglpatchError):
+    """A patch module (built-in or a plugin) is malformed or cannot be loaded, or a patch names a
+    file outside the target's `sglang` package."""
+
+    exit_code = ExitCode.USAGE
+
+
+class PatchCrashed(SglpatchError):
+    """A plugin patch's own code raised: its fault, not the target's nor sglpatch's. Nothing was
+    written; the traceback goes to the crash log."""
+
+    exit_code = ExitCode.TARGET

@@ -80,11 +80,11 @@ def _stage(path: Path, data: bytes) -> Path:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        temp.chmod(mode)
         if path.exists():
             stat = path.stat()
             with contextlib.suppress(OSError):  # only root can give a file away
                 os.chown(temp, stat.st_uid, stat.st_gid)
+        temp.chmod(mode)  # after chown, which clears the setuid and setgid bits
     except BaseException:
         temp.unlink(missing_ok=True)
         raise

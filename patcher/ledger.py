@@ -1,22 +1,25 @@
 """The ledger: what sglpatch changed in each target, as git repositories that sglpatch owns.
 
 `Ledger(directory)` is a store like pre-commit's: a README, one git repository per target under
-`targets/` (keyed by the target's path, since its release changes on upgrade) and a lock per
-target under `locks/`. Each repository's work tree holds `state.json` (what is applied now) and
-`files/original/...`, `files/patched/...`, `files/edited/...`; every apply and revert is a commit.
-Reads (`state`, `original`) are plain file reads; only writes and `history` load gitpython.
+`targets/` (keyed by the target's resolved `sglang` package folder, not by its release, which
+changes on upgrade) and a lock per target under `locks/`. Each repository's work tree holds
+`state.json` (what is applied now) and `files/original/...`, `files/patched/...`,
+`files/edited/...`; every apply and revert is a commit. `.git/sglpatch-committed-state` holds the
+hash of the state HEAD holds, so a work tree a failed commit left behind is never believed.
+Reads (`state`, `stored`) are plain file reads; only writes and `history` load gitpython.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -48,11 +51,17 @@ def sha256(data: bytes) -> str:
 
 
 def default_directory() -> Path:
-    """`$SGLPATCH_LEDGER`, else `$XDG_STATE_HOME/sglpatch`, else `~/.local/state/sglpatch`."""
+    """`$SGLPATCH_LEDGER`, else `$XDG_STATE_HOME/sglpatch`, else `~/.local/state/sglpatch`.
+
+    Always absolute: a relative `$XDG_STATE_HOME` is invalid by the XDG spec and ignored, and a
+    relative `$SGLPATCH_LEDGER` is resolved once here, so no later step depends on the cwd.
+    """
     if os.environ.get("SGLPATCH_LEDGER"):
-        return Path(os.environ["SGLPATCH_LEDGER"]).expanduser()
-    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state_home) / "sglpatch"
+        return Path(os.environ["SGLPATCH_LEDGER"]).expanduser().absolute()
+    state_home = os.environ.get("XDG_STATE_HOME", "")
+    if not Path(state_home).is_absolute():
+        state_home = str(Path.home() / ".local" / "state")
+    return Path(state_home).absolute() / "sglpatch"
 
 
 @dataclass
@@ -60,6 +69,8 @@ class FileRecord:
     original: str  # sha256 of the bytes before sglpatch touched the file
     patched: str  # sha256 of the bytes sglpatch wrote
     patches: list[str]
+    # Keys a newer sglpatch wrote that this one does not know: kept, written back unchanged.
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass
@@ -71,15 +82,39 @@ class State:
     files: dict[str, FileRecord] = field(default_factory=dict)
     # Patches the user left out of an apply (--skip, --only, an interactive "n") on this release.
     skipped: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def to_json(self) -> bytes:
-        return (json.dumps(asdict(self), indent=2, sort_keys=True) + "\n").encode()
+        files = {
+            path: {**f.extra, "original": f.original, "patched": f.patched, "patches": f.patches}
+            for path, f in self.files.items()
+        }
+        data = {
+            **self.extra,
+            "release": self.release,
+            "patches": self.patches,
+            "files": files,
+            "skipped": self.skipped,
+        }
+        return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> State:
-        files = {path: FileRecord(**record) for path, record in data.get("files", {}).items()}
+        files = {}
+        for path, record in data.get("files", {}).items():
+            extra = {k: v for k, v in record.items() if k not in ("original", "patched", "patches")}
+            files[path] = FileRecord(
+                record["original"], record["patched"], list(record["patches"]), extra
+            )
+        known = ("release", "patches", "files", "skipped")
+        extra = {k: v for k, v in data.items() if k not in known}
         skipped = list(data.get("skipped", []))  # absent in ledgers from before --skip
-        return cls(data.get("release"), list(data.get("patches", [])), files, skipped)
+        return cls(data.get("release"), list(data.get("patches", [])), files, skipped, extra)
+
+    def with_paths(self, rename: Callable[[str], str]) -> State:
+        """The same state with every file path passed through `rename`."""
+        files = {rename(path): record for path, record in self.files.items()}
+        return State(self.release, self.patches, files, self.skipped, self.extra)
 
 
 class Entry(NamedTuple):
@@ -98,14 +133,108 @@ class Ledger:
         self.directory = directory.expanduser().absolute()
 
     def record(self, target: Target) -> Record:
+        """The record of `target`, keyed by its resolved `sglang` package folder.
+
+        However the target is spelled (site-packages, the package, a checkout or its `python/`,
+        through a symlink), the same package has the same record.
+        """
+        package = target.package_dir.resolve()
         root = target.root.resolve()
         if self.directory.resolve().is_relative_to(root):
             raise RefusedError(
                 f"the ledger {self.directory} is inside the target {root}; choose another --ledger"
             )
-        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", str(root)).strip("-")[-60:]
-        key = f"{slug}-{sha256(str(root).encode())[:12]}"
+        key = _key(package)
+        legacy = _key(root)  # older ledgers keyed records by the target root as spelled
+        if (
+            not (self.directory / "targets" / key).exists()
+            and (self.directory / "targets" / legacy / "state.json").is_file()
+        ):
+            key = legacy
         return Record(self, key, target)
+
+    def foreign(self, record: Record) -> dict[str, tuple[Path, str]]:
+        """Files of `record`'s target holding bytes that another record says it wrote.
+
+        Maps each such path (as the target spells it) to that record's folder and target. Looks
+        in this ledger and in every other ledger this user's sglpatch has created, so a moved
+        tree, a path spelled another way or another `--ledger` is never taken for "not applied".
+        """
+        found: dict[str, tuple[Path, str]] = {}
+        digests: dict[str, str | None] = {}
+        for ledger in dict.fromkeys((self.directory, default_directory(), *known_ledgers())):
+            for state_file in sorted((ledger / "targets").glob("*/state.json")):
+                folder = state_file.parent
+                if folder == record.directory:
+                    continue
+                try:
+                    files = json.loads(state_file.read_bytes()).get("files", {})
+                    owner = json.loads((folder / "target.json").read_bytes())["target"]
+                    recorded = [(record.local(str(p)), f["patched"]) for p, f in files.items()]
+                except (OSError, ValueError, TypeError, AttributeError, KeyError):
+                    continue
+                for path, patched in recorded:
+                    if path not in digests:
+                        digests[path] = _digest_or_none(record.target.root, path)
+                    if digests[path] == patched:
+                        found.setdefault(path, (folder, str(owner)))
+        return found
+
+
+def _digest_or_none(root: Path, path: str) -> str | None:
+    try:
+        return sha256((root / _confined(path)).read_bytes())
+    except (OSError, LedgerError):
+        return None
+
+
+def _key(package: Path) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", str(package)).strip("-")[-60:]
+    return f"{slug}-{sha256(str(package).encode())[:12]}"
+
+
+KNOWN_LEDGERS = "known-ledgers"
+
+
+def known_ledgers() -> list[Path]:
+    """Ledgers besides the default one that sglpatch created (listed in the default one)."""
+    try:
+        text = (default_directory() / KNOWN_LEDGERS).read_text(encoding="utf-8")
+    except OSError:
+        return []
+    return [Path(line) for line in text.splitlines() if line.strip()]
+
+
+def _register(directory: Path) -> None:
+    """Note a non-default ledger in the default one, so `status` elsewhere can find its records."""
+    home = default_directory()
+    if directory == home or directory in known_ledgers():
+        return
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        with (home / KNOWN_LEDGERS).open("a", encoding="utf-8") as handle:
+            handle.write(f"{directory}\n")
+    except OSError:
+        pass  # a hint for status, never a reason to fail a change
+
+
+# Beside HEAD, in .git (untracked): the sha256 of the state.json HEAD holds. A work-tree
+# state.json that differs was written by a commit that never happened: HEAD is the truth.
+COMMITTED = "sglpatch-committed-state"
+
+
+def _other_spelling(path: str) -> str:
+    """`sglang/x` as a checkout spells it (`python/sglang/x`), and back."""
+    if path.startswith("python/sglang/"):
+        return path.removeprefix("python/")
+    return f"python/{path}"
+
+
+def _confined(relative: str) -> str:
+    parts = relative.split("/")
+    if relative.startswith("/") or "\\" in relative or any(p in ("", ".", "..") for p in parts):
+        raise LedgerError(f"refusing a path outside the ledger's files: {relative!r}")
+    return relative
 
 
 class Record:
@@ -121,25 +250,73 @@ class Record:
         return (self.directory / "state.json").is_file()
 
     def state(self) -> State:
-        path = self.directory / "state.json"
-        if not path.exists():
+        """The committed state, with file paths as this target spells them."""
+        data = self._committed_state_bytes()
+        if data is None:
             return State()
         try:
-            data = json.loads(path.read_bytes())
-            if not isinstance(data, dict):
+            parsed = json.loads(data)
+            if not isinstance(parsed, dict):
                 raise ValueError("not a JSON object")
-            return State.from_json(data)
-        except (OSError, ValueError, TypeError, AttributeError) as error:
+            state = State.from_json(parsed)
+        except (ValueError, TypeError, AttributeError, KeyError) as error:
             raise LedgerError(f"state.json is unreadable ({error})", str(self.directory)) from None
+        return state.with_paths(self.local)
+
+    def _committed_state_bytes(self) -> bytes | None:
+        """state.json as HEAD holds it: a plain read when the work tree agrees with HEAD."""
+        path = self.directory / "state.json"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            data = None
+        except OSError as error:
+            raise LedgerError(f"state.json is unreadable ({error})", str(self.directory)) from None
+        git_dir = self.directory / ".git"
+        if not git_dir.is_dir():
+            return data
+        try:
+            committed = (git_dir / COMMITTED).read_text().strip()
+        except OSError:
+            committed = None
+        if data is not None and committed == sha256(data):
+            return data
+        return self._head_state()
+
+    def _head_state(self) -> bytes | None:
+        """state.json from HEAD, via the git command (gitpython costs status too much)."""
+        import subprocess
+
+        def git(*args: str) -> subprocess.CompletedProcess[bytes]:
+            return subprocess.run(
+                ["git", "-C", str(self.directory), *args], capture_output=True, check=False
+            )
+
+        try:
+            if git("rev-parse", "-q", "--verify", "HEAD^{commit}").returncode != 0:
+                return None  # no commit yet: nothing was ever recorded
+            shown = git("cat-file", "blob", "HEAD:state.json")
+        except OSError as error:
+            raise LedgerError(f"cannot read HEAD ({error})", str(self.directory)) from None
+        if shown.returncode != 0:
+            return None
+        return shown.stdout
+
+    def local(self, path: str) -> str:
+        """A recorded path as this target spells it (a checkout adds `python/`)."""
+        spelled_as_checkout = path.startswith("python/sglang/")
+        if spelled_as_checkout == self.target.relative("").startswith("python/"):
+            return path
+        return _other_spelling(path)
 
     def stored(self, kind: str, path: str) -> bytes:
         """Bytes saved by an earlier commit: kind is original, patched or edited."""
-        try:
-            return (self.directory / "files" / kind / path).read_bytes()
-        except OSError:
-            raise LedgerError(
-                f"the {kind} bytes of {path} are missing", str(self.directory)
-            ) from None
+        for spelled in (path, _other_spelling(path)):
+            try:
+                return (self.directory / "files" / kind / _confined(spelled)).read_bytes()
+            except OSError:
+                continue
+        raise LedgerError(f"the {kind} bytes of {path} are missing", str(self.directory))
 
     @contextmanager
     def locked(self, timeout: float | None = None) -> Iterator[None]:
@@ -187,34 +364,90 @@ class Record:
         """Write `files` (paths under files/) and the state, then commit them all at once.
 
         Committing what HEAD already holds makes no new commit, so a replayed journal is safe.
+        If the commit fails, the work tree gets its old bytes back: what `state()` reads stays
+        what HEAD holds, so a failed revert leaves everything revertable.
         """
         import git  # heavy: only writes and history need it
 
+        paths = [
+            *(self.directory / "files" / _confined(relative) for relative in files),
+            self.directory / "state.json",
+        ]
         try:
             repo = self._repo(create=True)
-            written = []
-            for relative, data in files.items():
-                path = self.directory / "files" / relative
+            before = {path: _read_or_none(path) for path in paths}
+        except (git.exc.GitError, OSError, ValueError) as error:
+            raise LedgerError(f"cannot record the change ({error})", str(self.directory)) from None
+        tree = None
+        try:
+            for data, path in zip(files.values(), paths[:-1], strict=True):
                 write_atomic(path, data)
-                written.append(str(path.relative_to(self.directory)))
-            write_atomic(self.directory / "state.json", state.to_json())
-            repo.index.add([*written, "state.json"])
+            write_atomic(paths[-1], state.to_json())
+            repo.index.add([str(path.relative_to(self.directory)) for path in paths])
             tree = repo.index.write_tree()
             parents = []
+            commit_sha = None
             if repo.head.is_valid():
                 head = repo.head.commit
                 self._check_objects(head)
                 if head.tree.binsha == tree.binsha:
+                    commit_sha = str(head.hexsha)
+                else:
+                    parents.append(head)
+            if commit_sha is None:
+                fault_point("ledger-commit", self.directory)
+                actor = git.Actor(*AUTHOR)
+                commit = git.Commit.create_from_tree(
+                    repo, tree, message, parents, head=True, author=actor, committer=actor
+                )
+                commit_sha = str(commit.hexsha)
+        except Exception as error:
+            landed = self._head_sha_if_tree(repo, tree)
+            if landed is not None:  # HEAD moved before the error (a reflog write): it stands
+                self._mark_committed(state.to_json())
+                return landed
+            self._roll_back(repo, before)
+            if isinstance(error, (git.exc.GitError, OSError, ValueError)):
+                raise LedgerError(
+                    f"cannot record the change ({error})", str(self.directory)
+                ) from None
+            raise
+        except BaseException:  # Ctrl-C outside carry_out's hold, SystemExit
+            if self._head_sha_if_tree(repo, tree) is None:
+                self._roll_back(repo, before)
+            raise
+        self._mark_committed(state.to_json())
+        return commit_sha
+
+    @staticmethod
+    def _head_sha_if_tree(repo: Any, tree: Any) -> str | None:
+        try:
+            if tree is not None and repo.head.is_valid():
+                head = repo.head.commit
+                if head.tree.binsha == tree.binsha:
                     return str(head.hexsha)
-                parents.append(head)
-            fault_point("ledger-commit", self.directory)
-            actor = git.Actor(*AUTHOR)
-            commit = git.Commit.create_from_tree(
-                repo, tree, message, parents, head=True, author=actor, committer=actor
-            )
-            return str(commit.hexsha)
-        except (git.exc.GitError, OSError, ValueError) as error:
-            raise LedgerError(f"cannot record the change ({error})", str(self.directory)) from None
+        except Exception:  # HEAD unreadable: it did not take our commit
+            return None
+        return None
+
+    def _mark_committed(self, data: bytes) -> None:
+        # Without the mark, reads take state.json from HEAD: slower, still right.
+        with contextlib.suppress(OSError):
+            write_atomic(self.directory / ".git" / COMMITTED, (sha256(data) + "\n").encode())
+
+    def _roll_back(self, repo: Any, before: Mapping[Path, bytes | None]) -> None:
+        """Put the work tree and the index back as HEAD has them after a commit that failed."""
+        for path, data in before.items():
+            try:
+                if data is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    write_atomic(path, data)
+            except OSError:
+                continue  # the committed-state mark still makes reads take HEAD
+        with contextlib.suppress(Exception):
+            if repo.head.is_valid():
+                repo.index.reset()
 
     @staticmethod
     def _check_objects(head: Any) -> None:
@@ -272,3 +505,11 @@ class Record:
         readme = self.ledger.directory / "README.md"
         if not readme.exists():
             write_atomic(readme, README.encode())
+        _register(self.ledger.directory)
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None

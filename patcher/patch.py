@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+
+from sglpatch.errors import CatalogueError, PatchCrashed
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -67,6 +70,20 @@ class Patch(ABC):
     # Where the catalogue found the patch ("built-in", a plugin's name or a folder); set on load.
     origin: str = "built-in"
 
+    def package_file(self, release: Version) -> str | None:
+        """`target_file`, checked: a relative path that stays inside the `sglang` package."""
+        with blame(self):
+            path = self.target_file(release)
+        if path is None:
+            return None
+        problem = path_problem(path)
+        if problem is not None:
+            raise CatalogueError(
+                f"patch {self.id} ({self.origin}) names {path!r} for SGLang {release}, which "
+                f"{problem}; refused, nothing was written"
+            )
+        return path
+
     def is_tested(self, release: Version) -> bool:
         return self.tested.contains(release, prereleases=True)
 
@@ -84,3 +101,46 @@ class Patch(ABC):
     @abstractmethod
     def postcondition(self, module: cst.Module, release: Version) -> None:
         """Raise PostconditionFailed unless `module` has the property this patch promises."""
+
+
+def path_problem(path: object) -> str | None:
+    """Why `path` cannot name a file inside the `sglang` package; None if it can.
+
+    Relative, `/`-separated, no `.`, `..` or empty parts: then it cannot climb out. Symbolic links
+    on the way are checked against the tree itself when the file is read (see the engine).
+    """
+    if not isinstance(path, str) or not path:
+        return "is not a path"
+    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
+        return "is absolute"
+    if "\\" in path or "\0" in path:
+        return "holds a backslash or NUL"
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        return "has an empty, '.' or '..' part"
+    return None
+
+
+_EXPECTED = (AnchorMissing, AlreadyPresent, AlreadyUpstream, PostconditionFailed)
+
+
+@contextmanager
+def blame(patch: Patch) -> Iterator[None]:
+    """Run a patch's own code; an exception a plugin raises names the plugin and the patch.
+
+    A built-in patch that raises is sglpatch's bug, and goes on to the internal-error handler.
+    """
+    try:
+        yield
+    except _EXPECTED:
+        raise
+    except Exception as error:
+        if patch.origin == "built-in":
+            raise
+        import traceback
+
+        crashed = PatchCrashed(
+            f"patch {getattr(patch, 'id', type(patch).__name__)} from {patch.origin} raised "
+            f"{type(error).__name__}: {error}; nothing was written"
+        )
+        crashed.details = traceback.format_exc()
+        raise crashed from error

@@ -40,11 +40,13 @@ class RevertReport(NamedTuple):
     saved_edits: tuple[str, ...]  # edited files whose bytes --force kept in the ledger
     commit: str | None
     finished: str | None = None
+    left: tuple[str, ...] = ()  # no longer regular files (a directory): --force leaves them
 
 
 class PatchStatus(NamedTuple):
     id: str
-    # applied, not applied, already upstream, not for this release, edited since applied
+    # applied, not applied, already upstream, not for this release, edited since applied,
+    # patched (bytes another ledger record wrote)
     state: str
     file: str | None
     note: str = ""

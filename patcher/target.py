@@ -48,6 +48,19 @@ class Target:
         return self.package_dir / package_path
 
 
+def symlink_on_the_way(target: Target, package_path: str) -> str | None:
+    """The first folder between the package and `package_path` that is a symbolic link, if any.
+
+    Writing through one would change files outside the tree (or elsewhere in it).
+    """
+    folder = target.package_dir
+    for part in package_path.split("/")[:-1]:
+        folder = folder / part
+        if folder.is_symlink():
+            return target.relative(str(folder.relative_to(target.package_dir)))
+    return None
+
+
 def parse_release(text: str) -> Version:
     try:
         return Version(text)

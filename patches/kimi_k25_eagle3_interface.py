@@ -81,7 +81,8 @@ class KimiK25Eagle3Interface(Patch):
         added = []
         for index, name in enumerate(missing):
             method = cst_tools.statement(METHODS[name][2], module)
-            assert isinstance(method, cst.FunctionDef)
+            if not isinstance(method, cst.FunctionDef):  # the table's source is a method
+                raise PostconditionFailed(f"the code for {name} is not a function")
             lines = [cst.EmptyLine(indent=False)]
             if index == 0:
                 lines.append(cst.EmptyLine(comment=cst.Comment(COMMENT)))

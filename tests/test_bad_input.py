@@ -73,7 +73,11 @@ def test_a_symlinked_file_is_refused(runner: CliRunner, site_059: Path, tmp_path
 
 def test_a_corrupt_state_file(runner: CliRunner, site_059: Path) -> None:
     report = api.apply(site_059, None)
+    # Only a committed state counts: a work tree that differs from HEAD is ignored, so the
+    # corruption is committed (as a damaged disk or a hand edit plus `git commit` would).
     (report.ledger / "state.json").write_text("{not json")
+    git = ["git", "-C", str(report.ledger), "-c", "user.name=x", "-c", "user.email=x@x"]
+    subprocess.run([*git, "commit", "-qam", "damage"], check=True)
     fails(runner, site_059, ExitCode.LEDGER, ["state.json is unreadable"])
     fails(runner, site_059, ExitCode.LEDGER, ["state.json is unreadable"], "revert")
     fails(runner, site_059, ExitCode.LEDGER, ["state.json is unreadable"], "status")
@@ -138,3 +142,25 @@ def test_a_read_only_target(
     fails(runner, site_059, ExitCode.TARGET, ["Read-only file system", "cannot write"])
     assert not list(site_059.rglob("*.sglpatch"))
     assert api.log(site_059)[1] == []
+
+
+def test_a_patched_file_replaced_by_a_directory(runner: CliRunner, site_059: Path) -> None:
+    """Drift, not a crash: status says so, revert refuses, revert --force restores the rest."""
+    assert api.apply(site_059, None).written
+    (site_059 / KIMI).unlink()
+    (site_059 / KIMI).mkdir()
+    rows = {row.file: row for row in api.status(site_059).patches}
+    assert rows[KIMI].state == "edited since applied"
+    assert "no longer a regular file" in rows[KIMI].note
+    result = runner.invoke(app, ["status", "--target", str(site_059)])
+    assert result.exit_code == 0 and "no longer a regular file" in result.stdout
+    fails(runner, site_059, ExitCode.REFUSED, [KIMI, "no longer a regular file"], "revert")
+    result = runner.invoke(app, ["revert", "--force", "--target", str(site_059)])
+    assert result.exit_code == 0, result.stderr
+    assert f"left {KIMI}" in result.stdout
+    pristine = wheels.site_packages("0.5.9", site_059.parent / "pristine", [SIZES])
+    assert (site_059 / SIZES).read_bytes() == (pristine / SIZES).read_bytes()
+    assert (site_059 / KIMI).is_dir()
+    (site_059 / KIMI).rmdir()  # once it is gone, a forced revert recreates it
+    assert runner.invoke(app, ["revert", "--force", "--target", str(site_059)]).exit_code == 0
+    assert (site_059 / KIMI).read_bytes() == wheels.member("0.5.9", KIMI)

@@ -4,6 +4,7 @@ import importlib
 import pkgutil
 import sys
 import types
+from pathlib import Path
 
 import pytest
 from packaging.specifiers import SpecifierSet
@@ -73,3 +74,17 @@ class _Dummy(Patch):
 
     def postcondition(self, module, release):  # type: ignore[no-untyped-def]
         return None
+
+
+def test_production_code_checks_with_errors_not_assert() -> None:
+    """`assert` vanishes under `python -O`: no check in sglpatch or its patches may use one."""
+    import ast
+
+    package = Path(catalogue.__file__).parent
+    found = [
+        f"{path.relative_to(package)}:{node.lineno}"
+        for path in sorted(package.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Assert)
+    ]
+    assert found == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -348,3 +349,53 @@ def test_a_closed_output_pipe_is_not_a_crash(site_059: Path) -> None:
     err = process.stderr.read().decode()
     assert process.wait() == ExitCode.BROKEN_PIPE
     assert "Traceback" not in err and "internal error" not in err
+
+
+@pytest.mark.parametrize("stdout", [">&-", ">/dev/full"])
+def test_a_finished_apply_with_stdout_closed_or_full_exits_0(site_059: Path, stdout: str) -> None:
+    """The change happened: that its report could not be printed is no failure."""
+    command = f"{shlex.quote(sys.executable)} -m sglpatch apply --target {site_059} {stdout}"
+    result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    assert {row.state for row in api.status(site_059).patches} == {"applied"}
+    dry = command.replace(" apply ", " status ")
+    assert subprocess.run(["sh", "-c", dry], check=False).returncode in (0, ExitCode.BROKEN_PIPE)
+
+
+# Interrupts this process once, when libcst (loaded lazily, on the first parse) is half imported.
+TRIP = """
+import importlib.abc, os, signal, sys
+class Trip(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "libcst._batched_visitor":  # the first thing libcst imports
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, Trip())
+from sglpatch.cli import main
+sys.argv = ["sglpatch", *sys.argv[1:]]
+main()
+"""
+
+
+def test_ctrl_c_while_libcst_imports_is_an_interrupt(site_059: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", TRIP, "apply", "--dry-run", "--target", str(site_059)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == ExitCode.INTERRUPTED, result.stderr
+    assert result.stderr.strip() == "sglpatch: error: interrupted"
+
+
+def test_the_crash_log_goes_to_the_ledger_in_use(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ledger_dir: Path
+) -> None:
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(api, "status", boom)
+    code, _, err = run(runner, "status", "--ledger", str(tmp_path / "mine"))
+    assert code == ExitCode.BUG
+    assert f"details in {tmp_path / 'mine' / 'sglpatch-crash.log'}" in err
+    assert "kaboom" in (tmp_path / "mine" / "sglpatch-crash.log").read_text()
+    assert not (ledger_dir / "sglpatch-crash.log").exists()

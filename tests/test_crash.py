@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from sglpatch import api, fsio
+from sglpatch.errors import ExitCode
 from tests import wheels
 from tests.conftest import snapshot
 from tests.crashing import KILLED
@@ -42,8 +46,11 @@ def assert_whole(site: Path, pristine: dict[str, bytes], patched: dict[str, byte
         assert (site / member).read_bytes() in (pristine[member], patched[member]), member
 
 
-def sglpatch(*args: str, kill_at: int | None = None) -> subprocess.CompletedProcess[str]:
-    prefix = ["-m", "tests.crashing", str(kill_at), "--"] if kill_at else ["-m", "sglpatch"]
+def sglpatch(
+    *args: str, kill_at: int | None = None, signal_at: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    when = signal_at or (str(kill_at) if kill_at else None)
+    prefix = ["-m", "tests.crashing", when, "--"] if when else ["-m", "sglpatch"]
     return subprocess.run(
         [sys.executable, *prefix, *args], capture_output=True, text=True, cwd=REPO, check=False
     )
@@ -108,3 +115,150 @@ def test_killed_at_random_moments(site_059: Path, reference: dict[str, dict[str,
     assert snapshot(site_059) == patched
     assert sglpatch("revert", "--target", str(site_059)).returncode == 0
     assert snapshot(site_059) == pristine
+
+
+def truthful(site: Path, pristine: dict[str, bytes], patched: dict[str, bytes]) -> None:
+    """`status` says of each patch what its file holds: patched bytes are "applied"."""
+    report = api.status(site)
+    for row in report.patches:
+        assert row.file is not None
+        held = (site / row.file).read_bytes()
+        expected = "applied" if held == patched[row.file] else "not applied"
+        assert held in (patched[row.file], pristine[row.file]), row.file
+        assert row.state == expected, (row, report.interrupted)
+
+
+def start_from(site: Path, action: str, reference: dict[str, dict[str, bytes]]) -> None:
+    """Patched before a revert, pristine before an apply (finishing any journal first)."""
+    if action == "revert":
+        api.apply(site, None)
+        assert snapshot(site) == reference["patched"]
+    else:
+        api.revert(site)
+        assert snapshot(site) == reference["pristine"]
+
+
+def converges(site: Path, action: str, reference: dict[str, dict[str, bytes]]) -> None:
+    """The same command run again finishes the job: every byte original, or every byte patched."""
+    getattr(api, action)(site, *([None] if action == "apply" else []))
+    expected = reference["patched" if action == "apply" else "pristine"]
+    assert snapshot(site) == expected
+    assert not list(site.rglob("*.sglpatch"))
+    states = {row.state for row in api.status(site).patches}
+    assert states == ({"applied"} if action == "apply" else {"not applied"})
+
+
+def test_a_revert_whose_commit_fails_leaves_everything_revertable(
+    site_059: Path, tmp_path: Path, reference: dict[str, dict[str, bytes]]
+) -> None:
+    """The issue's repro: a stale index.lock in the ledger makes revert fail (exit 4)."""
+    ledger = tmp_path / "L"
+    assert sglpatch("apply", "--target", str(site_059), "--ledger", str(ledger)).returncode == 0
+    (lock,) = [d / ".git" / "index.lock" for d in (ledger / "targets").iterdir()]
+    lock.touch()
+    failed = sglpatch("revert", "--target", str(site_059), "--ledger", str(ledger))
+    assert failed.returncode == 4, failed.stderr
+    assert snapshot(site_059) == reference["patched"]
+    status = sglpatch("status", "--target", str(site_059), "--ledger", str(ledger)).stdout
+    assert status.count("  applied ") == 3 and "not applied" not in status
+    lock.unlink()
+    again = sglpatch("revert", "--target", str(site_059), "--ledger", str(ledger))
+    assert again.returncode == 0 and "Reverted 3 file(s)" in again.stdout, again.stdout
+    assert snapshot(site_059) == reference["pristine"]
+
+
+# Write steps of an apply or a revert of the three 0.5.9 files (see the test above them all).
+STEPS = 8
+
+
+def test_sigint_at_random_moments(site_059: Path, reference: dict[str, dict[str, bytes]]) -> None:
+    """24 real SIGINTs in-process at seeded random moments of apply and revert.
+
+    Half at a random time in the whole run, half sent at a random write step (from inside it).
+    Ctrl-C before the journal stops the run with nothing written; from the journal on it is held
+    until the change is whole. Either way status tells the truth, and the next run converges.
+    """
+    rng = random.Random(20261130)
+    took = {}
+    for action in ("revert", "apply"):
+        start_from(site_059, action, reference)
+        began = time.monotonic()
+        getattr(api, action)(site_059, *([None] if action == "apply" else []))
+        took[action] = time.monotonic() - began
+    in_writes = 0
+    for round_ in range(24):
+        action = ("apply", "revert")[round_ % 2]
+        start_from(site_059, action, reference)
+        run = functools.partial(api.apply, site_059, None)
+        if action == "revert":
+            run = functools.partial(api.revert, site_059)
+        step = rng.randint(1, STEPS) if round_ % 4 >= 2 else None
+        hit = sigint_during(run, 0.0 if step else rng.uniform(0, took[action]), step)
+        in_writes += hit and step is not None
+        assert_whole(site_059, reference["pristine"], reference["patched"])
+        truthful(site_059, reference["pristine"], reference["patched"])
+        converges(site_059, action, reference)
+    assert in_writes == 12  # a Ctrl-C held through the writes is still reported afterwards
+
+
+def sigint_during(call: Callable[[], object], delay: float, step: int | None = None) -> bool:
+    """Run `call`; a timer sends this process SIGINT `delay` seconds after it starts, or the
+    `step`th write step sends it itself. True if the KeyboardInterrupt came."""
+    timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+    seen = 0
+
+    def at_step(name: str, path: Path) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == step:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    try:
+        try:
+            if step is None:
+                timer.start()
+            else:
+                fsio.fault_hook = at_step
+            call()
+        finally:
+            fsio.fault_hook = None
+            timer.cancel()
+            if timer.is_alive():
+                timer.join()
+            for _ in range(1000):  # let a signal that was just sent be handled in here
+                pass
+    except KeyboardInterrupt:
+        return True
+    return False
+
+
+def test_sigkill_at_random_moments(site_059: Path, reference: dict[str, dict[str, bytes]]) -> None:
+    """22 real SIGKILLs at seeded random moments inside the write steps of apply and revert."""
+    rng = random.Random(20261131)
+    for round_ in range(22):
+        action = ("revert", "apply")[round_ % 2]
+        start_from(site_059, action, reference)
+        when = f"{signal.SIGKILL}@{rng.randint(1, STEPS)}+{rng.uniform(0, 0.01):.4f}"
+        killed = sglpatch(action, "--target", str(site_059), signal_at=when)
+        assert killed.returncode in (-signal.SIGKILL, 0), killed.stderr
+        assert_whole(site_059, reference["pristine"], reference["patched"])
+        truthful(site_059, reference["pristine"], reference["patched"])
+        converges(site_059, action, reference)
+
+
+def test_sigint_from_the_command_line(
+    site_059: Path, reference: dict[str, dict[str, bytes]]
+) -> None:
+    """Ctrl-C at a write step of the CLI: exit 130 (or 0 if it came after), never half done."""
+    rng = random.Random(20261132)
+    for round_ in range(4):
+        action = ("revert", "apply")[round_ % 2]
+        start_from(site_059, action, reference)
+        when = f"{signal.SIGINT}@{rng.randint(1, STEPS)}+{rng.uniform(0, 0.01):.4f}"
+        run = sglpatch(action, "--target", str(site_059), signal_at=when)
+        assert run.returncode in (ExitCode.INTERRUPTED, 0), run.stderr
+        assert "Traceback" not in run.stderr
+        # held until the change was whole: it is done, and no journal is left to finish
+        expected = reference["patched" if action == "apply" else "pristine"]
+        assert snapshot(site_059) == expected
+        assert api.status(site_059).interrupted is None

@@ -52,3 +52,15 @@ def test_leftover_stages_are_swept(tmp_path: Path) -> None:
     (tmp_path / ".other.py.abc123.sglpatch").write_text("keep")
     fsio.sweep_stages(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other.py.abc123.sglpatch", "mod.py"]
+
+
+def test_setuid_and_setgid_bits_are_kept(tmp_path: Path) -> None:
+    """chown clears them, so the mode is set after it."""
+    path = tmp_path / "tool.py"
+    path.write_bytes(b"x = 1\n")
+    path.chmod(0o6755)
+    if path.stat().st_mode & 0o7777 != 0o6755:
+        pytest.skip("this file system does not keep setuid bits")
+    fsio.replace_files([(path, b"x = 2\n")])
+    assert path.read_bytes() == b"x = 2\n"
+    assert path.stat().st_mode & 0o7777 == 0o6755

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import select
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +14,7 @@ from typer.testing import CliRunner
 
 from sglpatch import api
 from sglpatch.cli import app
+from sglpatch.errors import ExitCode
 
 pytestmark = pytest.mark.wheel
 
@@ -70,3 +76,52 @@ def test_nothing_chosen_writes_nothing(runner: CliRunner, site_059: Path) -> Non
     assert "y: apply this patch" in result.stderr  # help for an unknown answer
     assert states(site_059) == {i: "not applied" for i in OFFERED} | UPSTREAM
     assert api.log(site_059)[1] == []
+
+
+def test_end_of_input_aborts_with_nothing_written(runner: CliRunner, site_059: Path) -> None:
+    """EOF after a "y": exit 1 and a message; the "y" is not applied."""
+    result = runner.invoke(app, ["apply", "-i", "--target", str(site_059)], input="y\n")
+    assert result.exit_code == ExitCode.REFUSED, result.stdout
+    assert "input ended" in result.stderr and "nothing was written" in result.stderr
+    assert set(states(site_059).values()) == {"not applied"}
+    assert api.log(site_059)[1] == []
+
+
+def test_ctrl_c_at_a_prompt_aborts_with_nothing_written(site_059: Path) -> None:
+    """A real SIGINT while the second question waits, after a "y" to the first."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sglpatch", "apply", "-i", "--target", str(site_059)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stderr is not None
+    asked = b""
+    for answer in (b"y\n", None):
+        while asked.count(b"[y,n,q,?]:") < (1 if answer else 2):
+            ready, _, _ = select.select([process.stderr], [], [], 60)
+            if not ready:
+                process.kill()
+                pytest.fail(f"no question on stderr: {asked!r}")
+            asked += process.stderr.read1(4096)
+        if answer:
+            process.stdin.write(answer)
+            process.stdin.flush()
+    process.send_signal(signal.SIGINT)
+    err = asked + process.stderr.read()
+    assert process.wait() == ExitCode.INTERRUPTED, err
+    assert b"sglpatch: error: interrupted" in err
+    assert set(states(site_059).values()) == {"not applied"}
+    assert api.log(site_059)[1] == []
+
+
+def test_interactive_json_keeps_stdout_one_object(runner: CliRunner, site_059: Path) -> None:
+    result = runner.invoke(
+        app, ["apply", "-i", "--json", "--target", str(site_059)], input="y\nn\ny\n"
+    )
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)  # prompts and diffs went to stderr
+    assert report["written"] and len(report["changed"]) == 2
+    assert "Apply kimi-k25-eagle3-interface" in result.stderr and "+++ b/" in result.stderr
+    result = runner.invoke(app, ["apply", "-i", "--json", "--target", str(site_059)], input="n\n")
+    assert json.loads(result.stdout)["written"] is False

@@ -92,3 +92,98 @@ def test_damaged_records_are_ledger_errors(tmp_path: Path, target: Target) -> No
     (record.directory / "state.json").write_text("[]")
     with pytest.raises(LedgerError, match="unreadable"):
         record.state()
+
+
+def test_a_failed_commit_leaves_the_committed_state(tmp_path: Path, target: Target) -> None:
+    """A commit that fails (a stale index.lock) rolls the work tree back; reads keep HEAD's."""
+    record = Ledger(tmp_path / "ledger").record(target)
+    applied = State("0.5.9", ["p"], {"sglang/x.py": FileRecord("a" * 64, "b" * 64, ["p"])})
+    record.commit("apply: p", applied, {"original/sglang/x.py": b"old"})
+    lock = record.directory / ".git" / "index.lock"
+    lock.touch()
+    with pytest.raises(LedgerError, match="cannot record"):
+        record.commit("revert: p", State("0.5.9"), {"edited/sglang/x.py": b"mine"})
+    assert record.state() == applied
+    assert json.loads((record.directory / "state.json").read_bytes())["files"]
+    assert not (record.directory / "files" / "edited" / "sglang" / "x.py").exists()
+    lock.unlink()
+    record.commit("revert: p", State("0.5.9"), {})
+    assert record.state() == State("0.5.9")
+
+
+def test_a_work_tree_that_differs_from_head_is_not_believed(tmp_path: Path, target: Target) -> None:
+    """As a process killed between writing state.json and committing leaves it."""
+    record = Ledger(tmp_path / "ledger").record(target)
+    applied = State("0.5.9", ["p"], {"sglang/x.py": FileRecord("a" * 64, "b" * 64, ["p"])})
+    record.commit("apply: p", applied, {})
+    (record.directory / "state.json").write_bytes(State("0.5.9").to_json())
+    assert record.state() == applied
+    # A ledger from before the committed-state mark: HEAD is read too.
+    (record.directory / ".git" / "sglpatch-committed-state").unlink()
+    assert record.state() == applied
+
+
+def test_keys_a_newer_sglpatch_wrote_are_kept(tmp_path: Path, target: Target) -> None:
+    data = {
+        "release": "0.5.9",
+        "patches": ["p"],
+        "files": {"sglang/x.py": {"original": "a", "patched": "b", "patches": ["p"], "mode": 1}},
+        "format": 2,
+    }
+    state = State.from_json(data)
+    assert json.loads(state.to_json()) == data
+    record = Ledger(tmp_path / "ledger").record(target)
+    record.commit("apply: p", state, {})
+    assert json.loads((record.directory / "state.json").read_bytes()) == data
+
+
+def test_one_record_per_package_however_spelled(tmp_path: Path) -> None:
+    """A checkout seen from its root or from python/ (no .git) is one package, one record."""
+    package = tmp_path / "checkout" / "python" / "sglang"
+    (package / "srt").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (tmp_path / "link").symlink_to(tmp_path / "checkout")
+    spellings = [
+        Target(tmp_path / "checkout", Layout.CHECKOUT, None, None),
+        Target(tmp_path / "checkout" / "python", Layout.SITE_PACKAGES, None, None),
+        Target(tmp_path / "link", Layout.CHECKOUT, None, None),
+    ]
+    ledger = Ledger(tmp_path / "ledger")
+    records = [ledger.record(t) for t in spellings]
+    assert len({r.directory for r in records}) == 1
+    state = State("0.5.9", ["p"], {"python/sglang/x.py": FileRecord("a", "b", ["p"])})
+    records[0].commit("apply: p", state, {"original/python/sglang/x.py": b"old"})
+    as_site = records[1].state()
+    assert list(as_site.files) == ["sglang/x.py"]  # the path as that spelling names it
+    assert records[1].stored("original", "sglang/x.py") == b"old"
+
+
+def test_relative_locations_are_made_absolute(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/state")  # invalid by the XDG spec: ignored
+    assert default_directory() == Path.home() / ".local" / "state" / "sglpatch"
+    monkeypatch.setenv("SGLPATCH_LEDGER", "mine")
+    assert default_directory() == tmp_path / "mine"
+    assert Ledger(Path("other")).directory == tmp_path / "other"
+
+
+def test_a_commit_that_landed_before_an_error_stands(
+    tmp_path: Path, target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HEAD moved, then something failed (say, the reflog): rolling back would strand it."""
+    import git
+
+    record = Ledger(tmp_path / "ledger").record(target)
+    record.commit("apply: p", State("0.5.9", ["p"]), {})
+    create = git.Commit.create_from_tree
+
+    def landed_then_failed(cls: type, *args: object, **kwargs: object) -> object:
+        create(*args, **kwargs)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(git.Commit, "create_from_tree", classmethod(landed_then_failed))
+    sha = record.commit("revert: p", State("0.5.9"), {})
+    assert record.state() == State("0.5.9")
+    assert record.history()[0].commit == sha

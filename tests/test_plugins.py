@@ -107,3 +107,63 @@ def test_a_plugin_cannot_take_a_built_in_id(
         result.exit_code == ExitCode.USAGE
         and "two patches use the id 'sm120-symm-mem-sizes'" in result.stderr
     )
+
+
+RAISING = '''"""A test plugin whose codemod has a bug."""
+
+from __future__ import annotations
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from sglpatch.patch import Patch
+
+
+class Buggy(Patch):
+    """Raises inside its own code."""
+
+    id = "buggy"
+    description = "has a bug"
+    symptom = "none"
+    tested = SpecifierSet(">=0.5.3")
+
+    def target_file(self, release: Version) -> str | None:
+        return "srt/models/kimi_k25.py"
+
+    def transform(self, module, release):  # type: ignore[no-untyped-def]
+        return {}["no such key"]
+
+    def postcondition(self, module, release):  # type: ignore[no-untyped-def]
+        pass
+'''
+
+
+@pytest.mark.wheel
+def test_a_plugin_that_raises_is_named_not_an_internal_error(
+    runner: CliRunner, site_059: Path, tmp_path: Path
+) -> None:
+    catalog = tmp_path / "buggy"
+    catalog.mkdir()
+    (catalog / "buggy.py").write_text(RAISING)
+    ledger = tmp_path / "ledger"
+    before = (site_059 / "sglang/srt/models/kimi_k25.py").read_bytes()
+    result = runner.invoke(
+        app, ["apply", "-t", str(site_059), "--catalog", str(catalog), "--ledger", str(ledger)]
+    )
+    assert result.exit_code == ExitCode.TARGET, result.stdout
+    err = result.stderr
+    assert f"patch buggy from {catalog} raised KeyError" in err and "internal error" not in err
+    assert "nothing was written" in err
+    log = ledger / "sglpatch-crash.log"
+    assert f"details in {log}" in err and 'return {}["no such key"]' in log.read_text()
+    assert (site_059 / "sglang/srt/models/kimi_k25.py").read_bytes() == before
+
+
+def test_why_a_plugin_failed_to_load_is_kept(runner: CliRunner, tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text(
+        "def helper():\n    raise ValueError('deep cause')\nhelper()\n"
+    )
+    result = runner.invoke(app, ["list", "--catalog", str(tmp_path), "--json"])
+    assert result.exit_code == ExitCode.USAGE
+    log = Path(result.stderr.split("details in ")[1].rstrip(")\n"))
+    assert "in helper" in log.read_text()  # the traceback, not only the last line
