@@ -1,0 +1,388 @@
+#!/usr/bin/env python3
+"""List every upstream SGLang change that mentions compute capability 12 (SM120 / SM121).
+
+Diffs the Python sources of consecutive real SGLang wheels (0.5.3 -> 0.5.23 by default, read
+with zipfile from $SGLPATCH_WHEEL_CACHE, a missing one fetched with `pip download --no-deps`),
+keeps the change hunks whose added or removed lines mention capability 12, and writes one
+Markdown table (docs/sm120-upstream.md). The verdicts are human judgements kept in
+docs/sm120-verdicts.json, keyed by (release, file, hunk id); a hunk the file does not know (a
+new release) appears as "unreviewed", so a re-run never loses an old verdict.
+
+    .venv/bin/python scripts/sm120_triage.py              # regenerate docs/sm120-upstream.md
+    .venv/bin/python scripts/sm120_triage.py --to 0.5.24  # a new release: review its rows
+    .venv/bin/python scripts/sm120_triage.py --check      # exit 1 if the doc is stale/unreviewed
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import hashlib
+import itertools
+import json
+import re
+import sys
+import zipfile
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from packaging.version import Version
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from tests import wheels  # noqa: E402  (the one place that knows releases and the wheel cache)
+
+DOC = REPO / "docs" / "sm120-upstream.md"
+VERDICTS = REPO / "docs" / "sm120-verdicts.json"
+FIRST, LAST = "0.5.3", "0.5.23"
+
+# What counts as "mentions capability 12". Each pattern is searched in one changed line.
+# Names: sm120 / sm_120 / SM121 / sm12x / is_sm120_supported / Sm120 / "SM 12.0".
+NAMES = re.compile(r"(?i)sm_?12[01x]|\bsm\s?12\.[01x]\b")
+# Device names of the capability-12 parts (RTX PRO 6000 / RTX 50xx = 12.0, GB10 / Spark = 12.1).
+DEVICES = re.compile(r"(?i)rtx[ _-]?pro[ _-]?6000|rtx[ _-]?50[5-9]0|\bgb10\b|dgx[ _-]?spark")
+# Arch strings: "12.0a", "120a", "12.1f", "sm_120a" (the last one already in NAMES).
+ARCH = re.compile(r"""["'](12\.[01][af]?|12[01][af]?)["']|\b12[01][af]\b""")
+# Numbers that are capability 12 only next to a capability word on the same line:
+# `major == 12`, `get_device_sm() == 120`, `>= 120`, `(12, 0)`, `(120, 121)`, `in [10, 12]`.
+CAPABILITY_WORD = re.compile(
+    r"(?i)major|minor|capabilit|\barch\b|arch\b|_arch|\bsm\b|_sm\b|\bsm_|device_sm|\bcc\b"
+)
+CAPABILITY_NUMBER = re.compile(
+    r"(==|!=|>=|<=|<|>)\s*\(?\s*12[01]?\b(?!\.\d)"  # == 12, >= 120, == (12, 0)
+    r"|\b12[01]?\s*(==|!=|<=|>=)"  # 12 == major
+    r"|[\[(]\s*(\d{1,3}\s*,\s*)*12[01]?\s*(,\s*\d{1,3}\s*)*[\])]"  # (12, 0), [10, 12], (120, 121)
+)
+# CUDA toolkit versions look the same (`CUDA_VERSION.major == 12`, `cuda >= (12, 0)`).
+CUDA_VERSION = re.compile(r"(?i)cuda_?version|version\.cuda|cuda\s*>=|cuda_major|nvcc|toolkit")
+# Tests and benchmarks say nothing about what a release does on a capability-12 GPU.
+SKIPPED_PATH = re.compile(r"(^|/)(test|tests|benchmark|benchmarks)/|(^|/)test_[^/]*\.py$")
+
+# Backports with no upstream change to point at: they appear under the table, not in it.
+NO_UPSTREAM = {
+    "sm120-prefill-attention-block": "Triton prefill/context attention uses `BLOCK = 128` on every "
+    "capability > 8 (163840 bytes of shared memory at head size 256); no release through 0.5.23 "
+    "changes it, an upstream pull request proposes `BLOCK = 64` on capability 12.",
+}
+
+VERDICT_TEXT = {
+    "backported": "backported",
+    "to-backport": "to backport (not yet)",
+    "needs-kernel": "needs a kernel or wheel the old release lacks",
+    "new-feature": "new feature",
+    "not-a-fix": "not a capability-12 fix",
+    "unreviewed": "unreviewed",
+}
+
+
+def mentions_capability_12(line: str) -> bool:
+    """True if one source line names capability 12 (see the patterns above)."""
+    if NAMES.search(line) or DEVICES.search(line) or ARCH.search(line):
+        return True
+    return bool(
+        CAPABILITY_WORD.search(line)
+        and CAPABILITY_NUMBER.search(line)
+        and not CUDA_VERSION.search(line)
+    )
+
+
+@dataclass(frozen=True)
+class Hunk:
+    """One change hunk (3 lines of context) of one file between two consecutive releases."""
+
+    release: str
+    previous: str
+    file: str  # path in the new release's wheel ("sglang/srt/...")
+    old_file: str | None  # where it was in the previous release, if it moved
+    id: str  # sha1 of the hunk's capability-12 lines: stable across runs and line shifts
+    old_start: int
+    new_start: int
+    lines: tuple[str, ...]  # the capability-12 changed lines, "+..." / "-..."
+
+
+@dataclass
+class Change:
+    """One row: hunks a human grouped as one upstream change, with the verdict."""
+
+    release: str
+    verdict: str
+    description: str
+    patch: str = ""
+    hunks: list[tuple[str, str]] = field(default_factory=list)  # (file, hunk id)
+
+
+def _sources(release: str) -> dict[str, bytes]:
+    archive = zipfile.ZipFile(wheels.wheel(release))
+    return {
+        name: archive.read(name)
+        for name in archive.namelist()
+        if name.startswith("sglang/") and name.endswith(".py") and not SKIPPED_PATH.search(name)
+    }
+
+
+def _moves(old: Mapping[str, bytes], new: Mapping[str, bytes]) -> dict[str, str]:
+    """New path -> old path for files that moved: gone from `old`, same file name in `new`."""
+    gone: dict[str, list[str]] = defaultdict(list)
+    for path in old.keys() - new.keys():
+        gone[PurePosixPath(path).name].append(path)
+    moves: dict[str, str] = {}
+    for path in sorted(new.keys() - old.keys()):
+        candidates = gone.get(PurePosixPath(path).name, [])
+        if candidates:
+            # Several gone files share the name: take the one whose parent name matches.
+            parent = PurePosixPath(path).parent.name
+            same = [c for c in candidates if PurePosixPath(c).parent.name == parent]
+            moves[path] = sorted(same or candidates)[0]
+    return moves
+
+
+def _text(data: bytes | None) -> list[str]:
+    return [] if data is None else data.decode("utf-8", errors="replace").splitlines()
+
+
+def _raw_hunks(old: list[str], new: list[str]) -> Iterator[tuple[int, int, list[str], list[str]]]:
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for group in matcher.get_grouped_opcodes(3):
+        removed = [old[i] for tag, i1, i2, _, _ in group if tag != "equal" for i in range(i1, i2)]
+        added = [new[j] for tag, _, _, j1, j2 in group if tag != "equal" for j in range(j1, j2)]
+        yield group[0][1] + 1, group[0][3] + 1, removed, added
+
+
+def diff_releases(previous: str, release: str) -> list[Hunk]:
+    """The capability-12 hunks between two consecutive releases."""
+    old, new = _sources(previous), _sources(release)
+    moves = _moves(old, new)
+    pairs: list[tuple[str, str | None, bytes | None, bytes | None]] = []
+    for path in sorted(old.keys() | new.keys()):
+        if path in new:
+            before = old.get(path, old.get(moves.get(path, ""), None))
+            if before != new[path]:
+                pairs.append(
+                    (path, moves.get(path) if path not in old else None, before, new[path])
+                )
+        elif path not in moves.values():
+            pairs.append((path, None, old[path], None))  # deleted, not moved
+    raw = [
+        (path, old_path, start_old, start_new, removed, added)
+        for path, old_path, before, after in pairs
+        for start_old, start_new, removed, added in _raw_hunks(_text(before), _text(after))
+    ]
+    # A line removed in one place and added back in another (a moved function, a reordered
+    # import) is no change of behaviour: only lines with no twin on the other side count.
+    removed_anywhere = Counter(line.strip() for *_, removed, _ in raw for line in removed)
+    added_anywhere = Counter(line.strip() for *_, added in raw for line in added)
+    hunks: list[Hunk] = []
+    seen: Counter[tuple[str, str]] = Counter()
+    for path, old_path, start_old, start_new, removed, added in raw:
+        lines = [f"-{line.strip()}" for line in removed if mentions_capability_12(line)]
+        lines += [f"+{line.strip()}" for line in added if mentions_capability_12(line)]
+        real = [
+            line
+            for line in lines
+            if not (added_anywhere if line[0] == "-" else removed_anywhere)[line[1:]]
+        ]
+        if not real:
+            continue
+        digest = hashlib.sha1("\n".join(real).encode()).hexdigest()[:10]
+        seen[(path, digest)] += 1
+        if seen[(path, digest)] > 1:  # the same lines twice in one file: number them
+            digest = f"{digest}-{seen[(path, digest)]}"
+        hunks.append(
+            Hunk(release, previous, path, old_path, digest, start_old, start_new, tuple(real))
+        )
+    return hunks
+
+
+def releases(first: str, last: str) -> list[str]:
+    """Known releases from `first` to `last`; a newer `last` (a new release) is appended."""
+    known = sorted(set(wheels.RELEASES) | {first, last}, key=Version)
+    return [r for r in known if Version(first) <= Version(r) <= Version(last)]
+
+
+def collect(first: str, last: str) -> list[Hunk]:
+    chain = releases(first, last)
+    return [hunk for a, b in itertools.pairwise(chain) for hunk in diff_releases(a, b)]
+
+
+def load_verdicts(path: Path) -> list[Change]:
+    if not path.exists():
+        return []
+    rows = json.loads(path.read_text())
+    return [
+        Change(
+            release=row["release"],
+            verdict=row["verdict"],
+            description=row["description"],
+            patch=row.get("patch", ""),
+            hunks=[(file, hunk) for file, hunk in row["hunks"]],
+        )
+        for row in rows
+    ]
+
+
+def unknown_verdicts(changes: Iterable[Change]) -> list[str]:
+    problems = []
+    for change in changes:
+        if change.verdict not in VERDICT_TEXT or change.verdict == "unreviewed":
+            problems.append(f"{change.release} {change.description}: verdict {change.verdict!r}")
+        if change.verdict == "backported" and not change.patch:
+            problems.append(f"{change.release} {change.description}: backported without patch")
+    return problems
+
+
+def rows(hunks: Sequence[Hunk], changes: Sequence[Change]) -> list[Change]:
+    """The table: reviewed changes that still match a hunk, then one row per unreviewed file."""
+    by_key = {(c.release, file, hunk): c for c in changes for file, hunk in c.hunks}
+    found: dict[int, Change] = {}
+    unreviewed: dict[tuple[str, str], Change] = {}
+    for hunk in hunks:
+        change = by_key.get((hunk.release, hunk.file, hunk.id))
+        if change is not None:
+            row = found.setdefault(
+                id(change), Change(change.release, change.verdict, change.description, change.patch)
+            )
+        else:
+            sample = next((line for line in hunk.lines if line[0] == "+"), hunk.lines[0])
+            row = unreviewed.setdefault(
+                (hunk.release, hunk.file),
+                Change(hunk.release, "unreviewed", f"`{sample[:70].replace('|', '/')}`"),
+            )
+        row.hunks.append((hunk.file, hunk.id))
+    table = [*found.values(), *unreviewed.values()]
+    return sorted(table, key=lambda c: (Version(c.release), c.hunks[0][0], c.hunks[0][1]))
+
+
+def _short(path: str) -> str:
+    return path.removeprefix("sglang/").removeprefix("srt/")
+
+
+def render(table: Sequence[Change], hunks: Sequence[Hunk], first: str, last: str) -> str:
+    counts = Counter(row.verdict for row in table)
+    hunk_counts: Counter[str] = Counter()
+    for row in table:
+        hunk_counts[row.verdict] += len(row.hunks)
+    per_release = Counter(row.release for row in table)
+    out = [
+        "# SM120 / SM121 changes upstream, release by release",
+        "",
+        "Generated by `scripts/sm120_triage.py` from the real SGLang wheels "
+        f"{first} → {last}; do not edit by hand. Verdicts live in `docs/sm120-verdicts.json` "
+        "(keyed by release, file and hunk id); edit them there and re-run:",
+        "",
+        "    export SGLPATCH_WHEEL_CACHE=.cache/wheels   # wheels are fetched with pip if missing",
+        "    .venv/bin/python scripts/sm120_triage.py                # this file",
+        "    .venv/bin/python scripts/sm120_triage.py --to 0.5.24    # a new release: new hunks",
+        "                                                           # show up as `unreviewed`",
+        "",
+        "How: every `.py` file under `sglang/` (tests and benchmarks left out) is diffed with the "
+        "previous release (a file that moved is diffed with its old place, found by file name); "
+        "a hunk (3 lines of context) is listed when an added or removed line mentions "
+        "capability 12 and has no identical twin on the other side of the same release's diff "
+        "(moved code and reordered imports are not changes). A line mentions capability 12 when "
+        "it holds `sm120`/`sm_120`/`sm121`/`sm12x`/`SM 12.x` (any case, so "
+        "`is_sm120_supported`), a capability-12 device name (RTX PRO 6000, RTX 50x0, GB10, DGX "
+        'Spark), an arch string (`"12.0a"`, `120a`), or a capability word (`major`, `minor`, '
+        "`capability`, `arch`, `sm`, `cc`) next to `== 12`, `>= 120`, `(12, 0)`, `(120, 121)`, "
+        "`[10, 12]` (lines about the CUDA toolkit version are left out). `is_blackwell*` and "
+        "`is_sm100_supported` alone are not matched: they are not about capability 12 by name.",
+        "",
+        "Verdicts: **backported** (the sglpatch patch id), **to backport (not yet)**, **needs a "
+        "kernel or wheel the old release lacks**, **new feature**, **not a capability-12 fix** "
+        "(a comment, a test helper, a rename, a CUDA-version check).",
+        "",
+        "Rows: "
+        + ", ".join(f"{VERDICT_TEXT[v]} {counts[v]}" for v in VERDICT_TEXT if counts[v])
+        + f". Hunks: {len(hunks)} ("
+        + ", ".join(f"{VERDICT_TEXT[v]} {hunk_counts[v]}" for v in VERDICT_TEXT if hunk_counts[v])
+        + "). Rows per release: "
+        + ", ".join(f"{r} {n}" for r, n in sorted(per_release.items(), key=lambda i: Version(i[0])))
+        + ".",
+        "",
+        "| Release | Files | Change | Verdict | Hunks |",
+        "|---|---|---|---|---|",
+    ]
+    for row in table:
+        files = sorted({file for file, _ in row.hunks})
+        verdict = VERDICT_TEXT.get(row.verdict, row.verdict)
+        if row.patch:
+            verdict = f"{verdict} (`{row.patch}`)"
+        ids = " ".join(f"`{hunk}`" for _, hunk in row.hunks)
+        out.append(
+            f"| {row.release} | {'<br>'.join(f'`{_short(f)}`' for f in files)} "
+            f"| {row.description} | {verdict} | {ids} |"
+        )
+    out += ["", "Backported without an upstream fix to point at:", ""]
+    out += [f"- `{patch}`: {why}" for patch, why in NO_UPSTREAM.items()]
+    return "\n".join(out) + "\n"
+
+
+def stubs(table: Sequence[Change]) -> str:
+    """JSON entries for the unreviewed rows, ready to fill in and add to the verdicts file."""
+    todo = [
+        {
+            "release": row.release,
+            "verdict": "unreviewed",
+            "description": row.description,
+            "hunks": [list(h) for h in row.hunks],
+        }
+        for row in table
+        if row.verdict == "unreviewed"
+    ]
+    return json.dumps(todo, indent=1)
+
+
+def dump(hunks: Sequence[Hunk]) -> str:
+    """Every hunk with its capability-12 lines, for reviewing."""
+    out = []
+    for hunk in hunks:
+        moved = f" (moved from {hunk.old_file})" if hunk.old_file else ""
+        out.append(
+            f"## {hunk.release} {hunk.file}{moved} #{hunk.id} "
+            f"@@ -{hunk.old_start} +{hunk.new_start}"
+        )
+        out.extend(f"    {line}" for line in hunk.lines)
+    return "\n".join(out) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--from", dest="first", default=FIRST, help="oldest release")
+    parser.add_argument("--to", dest="last", default=LAST, help="newest release")
+    parser.add_argument("--out", type=Path, default=DOC, help="the Markdown table to write")
+    parser.add_argument("--verdicts", type=Path, default=VERDICTS, help="the verdicts file")
+    parser.add_argument("--check", action="store_true", help="compare with --out, write nothing")
+    parser.add_argument("--dump", action="store_true", help="print every hunk's lines")
+    parser.add_argument("--stubs", action="store_true", help="print JSON for unreviewed rows")
+    args = parser.parse_args(argv)
+
+    changes = load_verdicts(args.verdicts)
+    if problems := unknown_verdicts(changes):
+        print("\n".join(problems), file=sys.stderr)
+        return 2
+    hunks = collect(args.first, args.last)
+    if args.dump:
+        sys.stdout.write(dump(hunks))
+        return 0
+    table = rows(hunks, changes)
+    if args.stubs:
+        print(stubs(table))
+        return 0
+    text = render(table, hunks, args.first, args.last)
+    unreviewed = sum(len(row.hunks) for row in table if row.verdict == "unreviewed")
+    if args.check:
+        stale = not args.out.exists() or args.out.read_text() != text
+        if stale:
+            print(f"{args.out} is not what the script generates", file=sys.stderr)
+        if unreviewed:
+            print(f"{unreviewed} hunks have no verdict", file=sys.stderr)
+        return 1 if stale or unreviewed else 0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(f"{args.out}: {len(table)} rows, {len(hunks)} hunks, {unreviewed} unreviewed")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,183 @@
+"""scripts/sm120_triage.py: what it matches, how it keeps verdicts, and the committed table."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests import wheels
+
+SCRIPT = wheels.REPO / "scripts" / "sm120_triage.py"
+DOC = wheels.REPO / "docs" / "sm120-upstream.md"
+VERDICTS = wheels.REPO / "docs" / "sm120-verdicts.json"
+# The lead's backport ids: each must stand on the upstream change it backports.
+ASSIGNED = {
+    "sm120-extend-attention-blocks": "0.5.9",
+    "sm120-deep-gemm-off": "0.5.13",
+    "sm120-fp8-block-gemm-triton": "0.5.10",
+    "sm120-mxfp4-moe-backend": "0.5.10",
+    "sm120-hybrid-gdn-backend": "0.5.16",
+    "sm120-triton-kernels-mxfp4-block-k": "0.5.10",
+}
+# Small, pure-Python wheels whose diffs hold two backported upstream fixes.
+FIRST, LAST = "0.5.8.post1", "0.5.10"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sm120_triage", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+triage = _load()
+
+
+def _table(text: str) -> list[list[str]]:
+    """The table's body rows, split into cells."""
+    lines = [line for line in text.splitlines() if line.startswith("| ")][1:]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "if is_sm120_supported():",
+        "self.is_xqa_impl = get_platform().is_sm90 or get_platform().is_sm120",
+        "if _is_cuda and CUDA_CAPABILITY[0] == 12:",
+        "if sm_version == 120:",
+        "if sm_version in (120, 121) and not available():",
+        "return torch.cuda.get_device_capability()[0] in [10, 12]",
+        "and 90 <= _device_sm < 120",
+        "elif major == 12 and minor == 1:",
+        "if arch.major * 10 + arch.minor >= 120:",
+        "{CapabilityRequirement.cuda(min_sm=(12, 0), max_sm=(12, 9))}",
+        "# sm_121 (GB10 / DGX Spark) caps shared memory at 99 KB per block",
+        "# Target: RTX PRO 6000 (SM120, 188 SMs, 99KB SMEM)",
+        'nvcc_flags = ["-arch=sm_120a"]',
+        'assert page_table is None, "Paged KV not supported on SM 12.0"',
+    ],
+)
+def test_lines_that_name_capability_12_match(line: str) -> None:
+    assert triage.mentions_capability_12(line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "assert self.num_warps == 12 or self.num_warps == 16",
+        "if CUDA_VERSION.major == 12 and CUDA_VERSION.minor == 9:",
+        "if cuda_version >= (12, 0) and sm_version >= 90:",
+        '"flow_shift": 12.0,',
+        "skey = tl.sort((ids << 12) | offs)",
+        "if len(msg) > 12 and len(msg[12]) > 0:",
+        "if head_num == 12 and kv_cache_dtype == fp8_dtype:",
+        "if is_sm100_supported() or is_blackwell_supported():",
+        "self.num_regs_per_thread = 168 if self.num_warps == 12 else 128",
+    ],
+)
+def test_lines_about_other_twelves_do_not(line: str) -> None:
+    assert not triage.mentions_capability_12(line)
+
+
+def _hunk(release: str, file: str, hunk: str) -> object:
+    return triage.Hunk(release, "0.5.23", file, None, hunk, 1, 1, ("+if is_sm120_supported():",))
+
+
+def test_a_rerun_keeps_old_verdicts_and_marks_new_hunks_unreviewed() -> None:
+    reviewed = triage.Change(
+        "0.5.23", "new-feature", "known", hunks=[("sglang/a.py", "aaaa"), ("sglang/b.py", "bbbb")]
+    )
+    hunks = [
+        _hunk("0.5.23", "sglang/a.py", "aaaa"),
+        _hunk("0.5.23", "sglang/b.py", "bbbb"),
+        _hunk("0.5.24", "sglang/a.py", "cccc"),  # the new release's change
+        _hunk("0.5.24", "sglang/a.py", "dddd"),
+    ]
+    rows = triage.rows(hunks, [reviewed])
+    assert [(r.release, r.verdict, r.hunks) for r in rows] == [
+        ("0.5.23", "new-feature", [("sglang/a.py", "aaaa"), ("sglang/b.py", "bbbb")]),
+        ("0.5.24", "unreviewed", [("sglang/a.py", "cccc"), ("sglang/a.py", "dddd")]),
+    ]
+    stub = json.loads(triage.stubs(rows))
+    assert stub == [
+        {
+            "release": "0.5.24",
+            "verdict": "unreviewed",
+            "description": "`+if is_sm120_supported():`",
+            "hunks": [["sglang/a.py", "cccc"], ["sglang/a.py", "dddd"]],
+        }
+    ]
+
+
+def test_a_verdict_file_with_unknown_or_incomplete_verdicts_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "verdicts.json"
+    bad.write_text(
+        json.dumps(
+            [
+                {"release": "0.5.9", "verdict": "maybe", "description": "x", "hunks": []},
+                {"release": "0.5.9", "verdict": "backported", "description": "y", "hunks": []},
+            ]
+        )
+    )
+    assert triage.main(["--verdicts", str(bad), "--out", str(tmp_path / "o.md")]) == 2
+    assert not (tmp_path / "o.md").exists()
+
+
+def test_every_row_of_the_committed_table_has_a_verdict() -> None:
+    table = _table(DOC.read_text())
+    assert len(table) > 50
+    allowed = set(triage.VERDICT_TEXT.values()) - {"unreviewed"}
+    reviewed = {
+        (c.release, file, hunk) for c in triage.load_verdicts(VERDICTS) for file, hunk in c.hunks
+    }
+    for release, _files, description, verdict, hunks in table:
+        assert description and verdict.split(" (`")[0] in allowed, (release, description)
+        if verdict.startswith("backported"):
+            assert verdict.endswith("`)"), (release, description)
+        for hunk in hunks.split():
+            hunk = hunk.strip("`")
+            assert any(r == release and h == hunk for r, _, h in reviewed), (release, hunk)
+    assert triage.unknown_verdicts(triage.load_verdicts(VERDICTS)) == []
+
+
+def test_the_assigned_backports_stand_on_their_upstream_release() -> None:
+    rows = {(r[0], r[3]) for r in _table(DOC.read_text())}
+    for patch, release in ASSIGNED.items():
+        assert (release, f"backported (`{patch}`)") in rows, patch
+    assert (
+        "0.5.21",
+        "backported (`sm120-deep-gemm-off`)",
+    ) in rows  # 12.1 follows eight releases later
+    assert "sm120-prefill-attention-block" in DOC.read_text()  # no upstream row: a note
+
+
+@pytest.mark.wheel
+def test_a_small_range_of_real_wheels_regenerates_the_committed_rows(tmp_path: Path) -> None:
+    here, there = tmp_path / "here.md", tmp_path / "there.md"
+    assert triage.main(["--from", FIRST, "--to", LAST, "--out", str(here)]) == 0
+    # The same run in a fresh interpreter with another hash seed: nothing depends on set order.
+    subprocess.run(
+        [sys.executable, str(SCRIPT), "--from", FIRST, "--to", LAST, "--out", str(there)],
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "7"},
+        capture_output=True,
+    )
+    assert here.read_bytes() == there.read_bytes()
+    fresh = _table(here.read_text())
+    committed = [row for row in _table(DOC.read_text()) if row[0] in {"0.5.9", "0.5.10"}]
+    assert fresh == committed
+    assert {row[3] for row in fresh} >= {
+        "backported (`sm120-extend-attention-blocks`)",
+        "backported (`sm120-fp8-block-gemm-triton`)",
+    }
+    assert not any(row[3] == "unreviewed" for row in fresh)
