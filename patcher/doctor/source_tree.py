@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+J = TypeVar("J")
 
 
 class Source:
@@ -97,11 +98,8 @@ def walk_with_ancestors(
     yield from visit(tree)
 
 
-def parallel(
-    work: Callable[[tuple[Path, str]], tuple[Path, T]], paths: Sequence[Path], source: Source
-) -> list[tuple[Path, T]]:
+def parallel(work: Callable[[J], T], jobs: Sequence[J]) -> list[T]:
     """Parse on every core: ast.parse of a few hundred modules is most of doctor's time."""
-    jobs = [(path, source.dotted(path)) for path in paths]
     workers = min(os.cpu_count() or 1, 8)
     if workers < 2 or len(jobs) < 16:
         return [work(job) for job in jobs]

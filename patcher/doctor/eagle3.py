@@ -2,8 +2,16 @@
 
 The methods the EAGLE workers (and the speculative-decoding modules they import) call on the
 target model, and the methods the model runner calls on its model on an EAGLE code path, are
-what every model class that SGLang registers (`EntryClass` in `sglang/srt/models/*.py`) must
-provide; base classes defined inside SGLang count, torch.nn.Module's own methods do not.
+what every generation model class that SGLang registers (`EntryClass` in
+`sglang/srt/models/*.py`) must provide; base classes defined inside SGLang count,
+torch.nn.Module's own methods do not.
+
+Only generation models can be EAGLE-3 targets. SGLang itself says which registered classes are
+not: the architectures `is_generation_model()` in `srt/configs/model_config.py` rejects
+(embedding, reward, classification, CLIP/BERT), the draft architectures that file rewrites a
+checkpoint to (NextN/MTP) and, by name, the EAGLE draft models; and a class whose own or
+inherited `__init__` sets up a `pooler` and no `logits_processor` produces embeddings or scores,
+not tokens.
 """
 
 from __future__ import annotations
@@ -11,16 +19,19 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable, Iterator, Sequence
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-from sglpatch.source_tree import (
+from sglpatch.doctor.source_tree import (
     Source,
     absolute_module,
     chain,
     parallel,
     walk_with_ancestors,
 )
+from sglpatch.errors import UsageError
 
 # torch.nn.Module's own methods: every model has them through a base outside SGLang.
 NN_MODULE_METHODS = frozenset(
@@ -169,27 +180,36 @@ def _negated(call: ast.Call, within: ast.AST) -> bool:
 class _Summary:
     """What model resolution needs from one module: small enough to send between processes."""
 
-    classes: dict[str, tuple[tuple[str, ...], frozenset[str]]]  # name -> (base names, members)
+    # name -> (base names, members, attributes its methods set on self)
+    classes: dict[str, tuple[tuple[str, ...], frozenset[str], frozenset[str]]]
     imports: dict[str, tuple[str, str]]  # local name -> (absolute module, name there)
     entry: tuple[str, ...]
 
 
-def _summarize(path: Path, module: str) -> _Summary | None:
+def summarize(data: bytes, module: str) -> _Summary | None:
     try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-    except (OSError, SyntaxError, ValueError):
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
         return None
     classes = {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             bases = tuple(b.id for b in node.bases if isinstance(b, ast.Name))
-            classes[node.name] = (bases, frozenset(_members(node)))
+            classes[node.name] = (bases, frozenset(_members(node)), frozenset(_self_attributes(node)))
     imports = {}
     for node in _top_level(tree.body):
         if isinstance(node, ast.ImportFrom) and (base := absolute_module(node, module)):
             for alias in node.names:
                 imports[alias.asname or alias.name] = (base, alias.name)
     return _Summary(classes, imports, tuple(_entry_classes(tree)))
+
+
+def _summarize_path(job: tuple[Path, str]) -> tuple[Path, _Summary | None]:
+    path, module = job
+    try:
+        return path, summarize(path.read_bytes(), module)
+    except OSError:
+        return path, None
 
 
 def _top_level(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
@@ -214,6 +234,17 @@ def _members(cls: ast.ClassDef) -> Iterator[str]:
             yield node.target.id
 
 
+def _self_attributes(cls: ast.ClassDef) -> Iterator[str]:
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+            for part in ast.walk(node):
+                if isinstance(part, ast.Assign):
+                    for target in part.targets:
+                        names = chain(target)
+                        if len(names) == 2 and names[0] == "self":
+                            yield names[1]
+
+
 def _entry_classes(tree: ast.Module) -> list[str]:
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
@@ -225,16 +256,20 @@ def _entry_classes(tree: ast.Module) -> list[str]:
     return []
 
 
-class _Models:
+class Models:
     """Class lookup across SGLang modules, from summaries made once per module."""
 
     def __init__(self, source: Source, summaries: dict[Path, _Summary | None]) -> None:
         self.source = source
         self.summaries = summaries
 
+    def with_file(self, path: Path, data: bytes) -> Models:
+        """The same lookup with one module's bytes replaced (a patch applied in memory)."""
+        return Models(self.source, {**self.summaries, path: summarize(data, self.source.dotted(path))})
+
     def summary(self, path: Path) -> _Summary | None:
         if path not in self.summaries:
-            self.summaries[path] = _summarize(path, self.source.dotted(path))
+            self.summaries[path] = _summarize_path((path, self.source.dotted(path)))[1]
         return self.summaries[path]
 
     def resolve(self, path: Path, name: str, depth: int = 0) -> tuple[Path, str] | None:
@@ -251,34 +286,134 @@ class _Models:
                 return self.resolve(target, original, depth + 1)
         return None
 
-    def members(self, path: Path, name: str, seen: set[tuple[Path, str]]) -> set[str]:
+    def members(self, path: Path, name: str) -> set[str]:
+        return self._collect(path, name, 1, set())
+
+    def attributes(self, path: Path, name: str) -> set[str]:
+        return self._collect(path, name, 2, set())
+
+    def _collect(self, path: Path, name: str, field: int, seen: set[tuple[Path, str]]) -> set[str]:
         summary = self.summary(path)
         if summary is None or (path, name) in seen or name not in summary.classes:
             return set()
         seen.add((path, name))
-        bases, members = summary.classes[name]
-        found = set(members)
-        for base in bases:
+        info = summary.classes[name]
+        found = set(info[field])  # type: ignore[arg-type]
+        for base in info[0]:
             resolved = self.resolve(path, base)
             if resolved is not None:
-                found |= self.members(*resolved, seen)
+                found |= self._collect(*resolved, field, seen)
         return found
 
 
-def registered_models(source: Source, only: str | None) -> Iterator[tuple[Path, str, set[str]]]:
-    """(module, class, members it has) for every class a models module lists in EntryClass."""
-    folder = source.package_dir / "srt" / "models"
-    paths = [folder / f"{only}.py"] if only else sorted(folder.glob("*.py"))
-    paths = [p for p in paths if p.is_file()]
-    models = _Models(source, dict(parallel(_summarize_file, paths, source)))
+class Registered(NamedTuple):
+    path: Path  # the module defining the class
+    name: str
+    listed_in: Path  # the module whose EntryClass lists it
+    excluded: str | None  # why it is no EAGLE-3 target, if it is not
+
+
+def models_folder(source: Source) -> Path:
+    return source.package_dir / "srt" / "models"
+
+
+def load_models(source: Source, paths: Sequence[Path]) -> Models:
+    jobs = [(path, source.dotted(path)) for path in paths]
+    return Models(source, dict(parallel(_summarize_path, jobs)))
+
+
+def registered(source: Source, models: Models, paths: Sequence[Path]) -> list[Registered]:
+    """Every class the given models modules list in EntryClass, with why it is excluded."""
+    not_generation, drafts = _registry(source)
+    found = []
     for path in paths:
         summary = models.summary(path)
-        for name in summary.entry if summary else ():
-            found = models.resolve(path, name)
-            if found is not None:
-                yield found[0], found[1], models.members(*found, set())
+        for listed in summary.entry if summary else ():
+            where = models.resolve(path, listed)
+            if where is None:
+                continue
+            name = where[1]
+            excluded = None
+            if name in not_generation:
+                excluded = "not a generation model (SGLang's is_generation_model)"
+            elif name in drafts or _DRAFT.search(name):
+                excluded = "a draft model (NextN/MTP/EAGLE)"
+            else:
+                attributes = models.attributes(*where)
+                if "pooler" in attributes and "logits_processor" not in attributes:
+                    excluded = "pools hidden states (embedding, reward or classification)"
+            found.append(Registered(where[0], name, path, excluded))
+    return found
 
 
-def _summarize_file(args: tuple[Path, str]) -> tuple[Path, _Summary | None]:
-    path, module = args
-    return path, _summarize(path, module)
+_DRAFT = re.compile(r"(?:NextN|MTP|Eagle\d*)$")
+
+
+def _registry(source: Source) -> tuple[set[str], set[str]]:
+    """Architectures SGLang calls non-generative, and the draft ones it rewrites to."""
+    config = source.package_dir / "srt" / "configs" / "model_config.py"
+    tree = source.tree(config) if config.is_file() else None
+    not_generation: set[str] = set()
+    drafts: set[str] = set()
+    for node in ast.walk(tree) if tree else ():
+        if isinstance(node, ast.FunctionDef) and node.name == "is_generation_model":
+            not_generation |= {
+                c.value
+                for c in ast.walk(node)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            }
+        elif (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+            and any("architectures" in ast.unparse(t) for t in node.targets)
+        ):
+            drafts.add(node.value.value)
+    return not_generation, drafts
+
+
+def find_model(source: Source, wanted: str) -> tuple[list[Path], set[str] | None]:
+    """The models modules to read for `--model`: a file stem, or an architecture name.
+
+    Returns the modules and, for an architecture name, the class names to keep. Raises
+    UsageError with the closest stems and class names for a near miss.
+    """
+    folder = models_folder(source)
+    stem = folder / f"{wanted}.py"
+    if "/" not in wanted and stem.is_file():
+        return [stem], None
+    needle = wanted.encode()
+    candidates = [
+        path
+        for path in sorted(folder.glob("*.py"))
+        if needle in (data := _read(path)) and b"EntryClass" in data
+    ]
+    if candidates:
+        models = load_models(source, candidates)
+        hits = [r for r in registered(source, models, candidates) if r.name == wanted]
+        if hits:
+            return sorted({r.listed_in for r in hits}), {wanted}
+    raise UsageError(f"--model {wanted}: no models module or architecture of that name{_suggest(source, wanted)}")
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def _suggest(source: Source, wanted: str) -> str:
+    folder = models_folder(source)
+    paths = sorted(folder.glob("*.py"))
+    names = {p.stem for p in paths}
+    models = load_models(source, paths)
+    names |= {r.name for r in registered(source, models, paths)}
+    key = {_normal(n): n for n in sorted(names)}
+    close = difflib.get_close_matches(_normal(wanted), list(key), n=4, cutoff=0.6)
+    return f"; did you mean {', '.join(key[c] for c in close)}?" if close else ""
+
+
+def _normal(name: str) -> str:
+    """`kimi-k2.5`, `kimi_k25` and `KimiK25` compare alike."""
+    return re.sub(r"[^0-9a-z]", "", name.lower())
