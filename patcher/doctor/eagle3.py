@@ -187,21 +187,94 @@ class _Summary:
 
 
 def summarize(data: bytes, module: str) -> _Summary | None:
-    try:
-        tree = ast.parse(data)
-    except (SyntaxError, ValueError):
-        return None
+    """Classes, imports and EntryClass of a models module, read from its lines, not parsed.
+
+    Models modules are the largest part of SGLang; parsing them all took doctor seconds. A class
+    is its header and the lines indented under it: members are the names defined at the body's
+    own indentation, attributes the `self.x =` in its `__init__`.
+    """
+    text = data.decode("utf-8", errors="replace")
+    lines = text.splitlines()
     classes = {}
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef):
-            bases = tuple(b.id for b in node.bases if isinstance(b, ast.Name))
-            classes[node.name] = (bases, frozenset(_members(node)), frozenset(_self_attributes(node)))
+    for match in _CLASS.finditer(text):
+        start = text.count("\n", 0, match.start())
+        bases = tuple(
+            name
+            for base in (match.group(2) or "").split(",")
+            if (name := base.strip()).isidentifier()
+        )
+        body = _block(lines, start)
+        classes[match.group(1)] = (bases, frozenset(_body_members(body)), frozenset(_init_attributes(body)))
     imports = {}
-    for node in _top_level(tree.body):
-        if isinstance(node, ast.ImportFrom) and (base := absolute_module(node, module)):
-            for alias in node.names:
-                imports[alias.asname or alias.name] = (base, alias.name)
-    return _Summary(classes, imports, tuple(_entry_classes(tree)))
+    for match in _FROM.finditer(text):
+        level = len(match.group(1)) - len(match.group(1).lstrip("."))
+        node = ast.ImportFrom(module=match.group(1).lstrip(".") or None, names=[], level=level)
+        base = absolute_module(node, module)
+        if not base:
+            continue
+        for item in match.group(2).strip("()").replace("\n", " ").split(","):
+            parts = item.split("#")[0].split()
+            if len(parts) == 1 and parts[0].isidentifier():
+                imports[parts[0]] = (base, parts[0])
+            elif len(parts) == 3 and parts[1] == "as":
+                imports[parts[2]] = (base, parts[0])
+    entry = _ENTRY.search(text)
+    names: tuple[str, ...] = ()
+    if entry:
+        names = tuple(n for n in re.findall(r"\w+", entry.group(1)) if n.isidentifier())
+    return _Summary(classes, imports, names)
+
+
+_CLASS = re.compile(r"^class\s+(\w+)\s*(?:\(([^)]*)\))?\s*:", re.MULTILINE)
+_FROM = re.compile(r"^[ \t]*from\s+([.\w]+)\s+import\s+(\([^)]*\)|[^\n]*)", re.MULTILINE)
+_ENTRY = re.compile(r"^EntryClass\s*=\s*(\[[^\]]*\]|\([^)]*\)|[^\n]*)", re.MULTILINE)
+_MEMBER = re.compile(r"(?:async\s+)?def\s+(\w+)|(\w+)\s*(?::[^=]*)?=(?!=)")
+_SELF = re.compile(r"self\.(\w+)\s*(?::[^=]*)?=(?!=)")
+
+
+def _block(lines: Sequence[str], header: int) -> list[str]:
+    """The lines of the class whose header is at `header`, up to the next top-level code."""
+    body = []
+    for line in lines[header + 1 :]:
+        if line and not line[0].isspace() and not line.startswith(("#", ")", "]", "}")):
+            break
+        body.append(line)
+    return body
+
+
+def _indent_of(body: Sequence[str]) -> int | None:
+    for line in body:
+        stripped = line.lstrip()
+        if stripped and not stripped.startswith("#"):
+            return len(line) - len(stripped)
+    return None
+
+
+def _body_members(body: Sequence[str]) -> Iterator[str]:
+    indent = _indent_of(body)
+    if indent is None:
+        return
+    for line in body:
+        if len(line) > indent and line[:indent].isspace() and not line[indent].isspace():
+            match = _MEMBER.match(line, indent)
+            if match:
+                yield match.group(1) or match.group(2)
+
+
+def _init_attributes(body: Sequence[str]) -> Iterator[str]:
+    indent = _indent_of(body)
+    if indent is None:
+        return
+    inside = False
+    for line in body:
+        stripped = line.lstrip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        level = len(line) - len(stripped)
+        if level == indent and not stripped.startswith((")", "]", "}")):
+            inside = stripped.startswith("def __init__")
+        elif inside:
+            yield from _SELF.findall(stripped)
 
 
 def _summarize_path(job: tuple[Path, str]) -> tuple[Path, _Summary | None]:
@@ -210,50 +283,6 @@ def _summarize_path(job: tuple[Path, str]) -> tuple[Path, _Summary | None]:
         return path, summarize(path.read_bytes(), module)
     except OSError:
         return path, None
-
-
-def _top_level(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
-    """Module-level statements, including those inside top-level `try:` and `if` blocks."""
-    for node in body:
-        yield node
-        if isinstance(node, ast.Try):
-            for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
-                yield from _top_level(block)
-        elif isinstance(node, ast.If):
-            yield from _top_level(node.body)
-            yield from _top_level(node.orelse)
-
-
-def _members(cls: ast.ClassDef) -> Iterator[str]:
-    for node in cls.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield node.name
-        elif isinstance(node, ast.Assign):
-            yield from (t.id for t in node.targets if isinstance(t, ast.Name))
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            yield node.target.id
-
-
-def _self_attributes(cls: ast.ClassDef) -> Iterator[str]:
-    for node in cls.body:
-        if isinstance(node, ast.FunctionDef) and node.name == "__init__":
-            for part in ast.walk(node):
-                if isinstance(part, ast.Assign):
-                    for target in part.targets:
-                        names = chain(target)
-                        if len(names) == 2 and names[0] == "self":
-                            yield names[1]
-
-
-def _entry_classes(tree: ast.Module) -> list[str]:
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets
-        ):
-            value = node.value
-            items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
-            return [item.id for item in items if isinstance(item, ast.Name)]
-    return []
 
 
 class Models:
@@ -319,7 +348,8 @@ def models_folder(source: Source) -> Path:
 
 def load_models(source: Source, paths: Sequence[Path]) -> Models:
     jobs = [(path, source.dotted(path)) for path in paths]
-    return Models(source, dict(parallel(_summarize_path, jobs)))
+    # Reading lines is cheap enough that a process pool would cost more than it saves.
+    return Models(source, dict(_summarize_path(job) for job in jobs))
 
 
 def registered(source: Source, models: Models, paths: Sequence[Path]) -> list[Registered]:

@@ -18,12 +18,13 @@ function is not reached on 12. These are heuristics: the verdict counts them as 
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from sglpatch.doctor import devices
+from sglpatch.doctor import chunks, devices
 from sglpatch.doctor.devices import AMPERE, B200, RTX_BLACKWELL, Evaluator
 from sglpatch.doctor.source_tree import Source, chain, parallel, walk_with_ancestors
 
@@ -48,10 +49,9 @@ class Finding(NamedTuple):
 
 # Quick byte tests before any parsing: a capability word, a helper, or a dict row keyed 9/10.
 _ROW = re.compile(rb"(?:^|[{,])\s*(?:9|10)\s*:", re.MULTILINE)
-_WORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"get_device_sm", b"major", b"hopper")
+_WORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"get_device_sm", b"hopper_with")
 _LINE = re.compile(
-    rb"apabilit|is_sm\d|blackwell|get_device_sm|hopper_with|ampere_with|\bmajor\b|\bminor\b",
-    re.IGNORECASE,
+    rb"apabilit|APABILIT|is_sm\d|blackwell|get_device_sm|hopper_with|ampere_with|\bmajor\b"
 )
 
 
@@ -86,45 +86,105 @@ def scan_bytes(data: bytes, shown: str, helpers: Mapping[str, frozenset[int]]) -
     if not rows and not any(word in data for word in _WORDS):
         return []
     text = data.decode("utf-8", errors="replace")
-    lines = _candidate_lines(text)
+    starts = [0, *(m.end() for m in _NEWLINE.finditer(data))]
+    source_lines = text.splitlines()
+    lines = _with_aliases(text, data, starts, _keyword_lines(data, starts, source_lines))
     if not lines and not rows:
         return []
-    try:
-        tree = ast.parse(data, filename=shown)
-    except (SyntaxError, ValueError):
-        return []
-    lines = _with_aliases(tree, text, lines)
-    source_lines = text.splitlines()
-    found = list(_Scan(tree, shown, source_lines, helpers).run(lines)) if lines else []
+    # Tables need every read of their name, so a file with rows is parsed whole.
+    tree = None if rows else chunks.parse(source_lines, lines)
+    if tree is None:
+        try:
+            tree = ast.parse(data, filename=shown)
+        except (SyntaxError, ValueError):
+            return []
+    # A module's own `def is_blackwell()` is not SGLang's helper of that name.
+    defined = frozenset(_DEFINED.findall(text)) if "def is_" in text else frozenset()
+    found = list(_Scan(tree, shown, source_lines, helpers, defined).run(lines)) if lines else []
     if rows:
         found += _tables(tree, shown, source_lines)
     return sorted(set(found), key=lambda f: (f.line, f.kind))
 
 
-def _candidate_lines(text: str) -> list[int]:
-    data = text.encode("utf-8", errors="replace")
-    return sorted({data.count(b"\n", 0, m.start()) + 1 for m in _LINE.finditer(data)})
+_NEWLINE = re.compile(rb"\n")
+_DEFINED = re.compile(r"^\s*def\s+(is_\w+)", re.MULTILINE)
+_ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w, ()]*?)\s*=(?!=)")
 
 
-def _with_aliases(tree: ast.Module, text: str, lines: list[int]) -> list[int]:
-    """Add the lines that use a name assigned on a candidate line (`sm = get_device_sm()`)."""
-    found = set(lines)
-    for _ in range(2):
-        names = set()
-        for node, _ancestors in walk_with_ancestors(tree, sorted(found)):
-            if isinstance(node, ast.Assign) and node.lineno in found:
-                for target in node.targets:
-                    names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-        if not names:
-            break
-        pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b")
-        more = {text.count("\n", 0, m.start()) + 1 for m in pattern.finditer(text)}
-        if more <= found:
-            break
-        found |= more
+def _lines_of(matches: Iterator[re.Match[bytes]], starts: Sequence[int]) -> list[int]:
+    return sorted({bisect.bisect_right(starts, m.start()) for m in matches})
+
+
+_KEYWORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"get_device_sm", b"hopper_with",
+             b"ampere_with", b"major")  # fmt: skip
+
+
+def _keyword_lines(data: bytes, starts: Sequence[int], lines: Sequence[str]) -> list[int]:
+    """Code lines holding a capability word: bytes.find beats one alternation regex by far."""
+    found: set[int] = set()
+    for word in _KEYWORDS:
+        index = data.find(word)
+        while index != -1:
+            line = bisect.bisect_right(starts, index)
+            end = index + len(word)
+            if word == b"major":
+                whole = not (index and _WORD_BYTE.match(data, index - 1)) and not _WORD_BYTE.match(
+                    data, end
+                )
+            elif word == b"is_sm":
+                whole = data[end : end + 1].isdigit()
+            else:
+                whole = True
+            if whole and not lines[line - 1].lstrip().startswith("#"):
+                found.add(line)
+            index = data.find(word, starts[line] if line < len(starts) else len(data))
     return sorted(found)
 
 
+_WORD_BYTE = re.compile(rb"\w")
+
+
+def _code_lines(
+    matches: Iterator[re.Match[bytes]], starts: Sequence[int], lines: Sequence[str]
+) -> list[int]:
+    """Lines with a match, comments left out."""
+    return [
+        n for n in _lines_of(matches, starts) if not lines[n - 1].lstrip().startswith("#")
+    ]
+
+
+def _with_aliases(text: str, data: bytes, starts: Sequence[int], lines: list[int]) -> list[int]:
+    """Add the lines that use a name assigned on a candidate line (`sm = get_device_sm()`)."""
+    found = set(lines)
+    done: set[str] = set()
+    source_lines = text.splitlines()
+    new = list(lines)
+    for _ in range(2):
+        names: set[str] = set()
+        for line in new:
+            match = _ASSIGNED.match(source_lines[line - 1]) if line <= len(source_lines) else None
+            if match:
+                names |= {n.strip(" ()") for n in match.group(1).split(",")}
+        names = {n for n in names if n.isidentifier()} - done
+        if not names:
+            break
+        done |= names
+        pattern = re.compile(
+            rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b"
+        )
+        new = [
+            n
+            for n in _code_lines(pattern.finditer(data), starts, source_lines)
+            if n not in found
+        ]
+        found |= set(new)
+    return sorted(found)
+
+
+_TWELVE = re.compile(r"12")
+_DECISIONS = (
+    ast.If, ast.IfExp, ast.Assert, ast.While, ast.Return, ast.Assign, ast.AnnAssign, ast.keyword
+)  # fmt: skip
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
@@ -135,24 +195,32 @@ class _Scan:
         shown: str,
         lines: Sequence[str],
         helpers: Mapping[str, frozenset[int]],
+        defined: frozenset[str],
     ) -> None:
         self.tree = tree
         self.shown = shown
         self.lines = lines
         self.helpers = helpers
         self.module_aliases = devices.aliases_in(tree.body, deep=False)
-        self.defined = frozenset(
-            n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-        )
+        self.defined = defined
         self.evaluators: dict[int, Evaluator] = {}
         self.handles_new: dict[int, bool] = {}
         self.seen: set[int] = set()
+        self.dead: dict[int, bool] = {}
+        self.wanted: Sequence[int] = ()
         self.refused_after: dict[int, int] = {}  # function -> line of a top-level refusal
 
     def evaluator(self, function: _Function | None) -> Evaluator:
         key = id(function)
         if key not in self.evaluators:
-            local = devices.aliases_in(function, deep=True) if function is not None else {}
+            local = (
+                devices.aliases_in(
+                    [n for n, _ in walk_with_ancestors(function, self.wanted) if isinstance(n, ast.Assign)],  # type: ignore[misc]
+                    deep=False,
+                )
+                if function is not None
+                else {}
+            )
             self.evaluators[key] = Evaluator(
                 self.helpers, self.module_aliases, local, self.defined
             )
@@ -163,6 +231,10 @@ class _Scan:
             return False
         key = id(function)
         if key not in self.handles_new:
+            text = "\n".join(self.lines[function.lineno - 1 : function.end_lineno])
+            if not _TWELVE.search(text):
+                self.handles_new[key] = False
+                return False
             evaluator = self.evaluator(function)
             self.handles_new[key] = any(
                 isinstance(node, (ast.Compare, ast.Call)) and evaluator.names_new(node)
@@ -171,14 +243,19 @@ class _Scan:
         return self.handles_new[key]
 
     def run(self, lines: Sequence[int]) -> Iterator[Finding]:
+        self.wanted = lines
         tested: set[str] = set()
         pending: list[tuple[Finding, set[str], _Function | None]] = []
         for node, ancestors in walk_with_ancestors(self.tree, lines):
             if id(node) in self.seen:
                 continue
-            function = _enclosing(ancestors)
+            if not isinstance(node, _DECISIONS):
+                continue
             decision = self._decision(node, ancestors, lines)
-            if decision is None or self._unreachable(node, ancestors, function):
+            if decision is None:
+                continue
+            function = _enclosing(ancestors)
+            if self._unreachable(node, ancestors, function):
                 continue
             tests, branches, top_level = decision
             for test in tests:
@@ -206,7 +283,10 @@ class _Scan:
         inner: ast.AST = node
         for outer in reversed(ancestors):
             if isinstance(outer, ast.If) and any(inner is s for s in outer.body):
-                if evaluator.unreachable(outer.test):
+                key = id(outer)
+                if key not in self.dead:
+                    self.dead[key] = evaluator.unreachable(outer.test)
+                if self.dead[key]:
                     return True
             inner = outer
         return False
