@@ -18,7 +18,6 @@ function is not reached on 12. These are heuristics: the verdict counts them as 
 from __future__ import annotations
 
 import ast
-import bisect
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -49,10 +48,7 @@ class Finding(NamedTuple):
 
 # Quick byte tests before any parsing: a capability word, a helper, or a dict row keyed 9/10.
 _ROW = re.compile(rb"(?:^|[{,])\s*(?:9|10)\s*:", re.MULTILINE)
-_WORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"get_device_sm", b"hopper_with")
-_LINE = re.compile(
-    rb"apabilit|APABILIT|is_sm\d|blackwell|get_device_sm|hopper_with|ampere_with|\bmajor\b"
-)
+_WORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"get_device_sm")
 
 
 def scan(source: Source, helpers: Mapping[str, frozenset[int]]) -> list[Finding]:
@@ -86,7 +82,7 @@ def scan_bytes(data: bytes, shown: str, helpers: Mapping[str, frozenset[int]]) -
     if not rows and not any(word in data for word in _WORDS):
         return []
     text = data.decode("utf-8", errors="replace")
-    starts = [0, *(m.end() for m in _NEWLINE.finditer(data))]
+    starts = _Starts(data)
     source_lines = text.splitlines()
     lines = _with_aliases(text, data, starts, _keyword_lines(data, starts, source_lines))
     if not lines and not rows:
@@ -106,26 +102,39 @@ def scan_bytes(data: bytes, shown: str, helpers: Mapping[str, frozenset[int]]) -
     return sorted(set(found), key=lambda f: (f.line, f.kind))
 
 
-_NEWLINE = re.compile(rb"\n")
+class _Starts:
+    """Line numbers of byte offsets, counted on demand: most files need a handful."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def lines(self, offsets: Iterator[int]) -> list[int]:
+        found = []
+        line, previous = 1, 0
+        for offset in sorted(offsets):
+            line += self.data.count(b"\n", previous, offset)
+            previous = offset
+            found.append(line)
+        return found
 _DEFINED = re.compile(r"^\s*def\s+(is_\w+)", re.MULTILINE)
+_DEVICE_VALUE = re.compile(r"is_sm\d|blackwell|hopper_with|get_device_sm|apabilit|APABILIT")
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w, ()]*?)\s*=(?!=)")
 
 
-def _lines_of(matches: Iterator[re.Match[bytes]], starts: Sequence[int]) -> list[int]:
-    return sorted({bisect.bisect_right(starts, m.start()) for m in matches})
+def _lines_of(matches: Iterator[re.Match[bytes]], starts: _Starts) -> list[int]:
+    return sorted(set(starts.lines(m.start() for m in matches)))
 
 
 _KEYWORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"get_device_sm", b"hopper_with",
              b"ampere_with", b"major")  # fmt: skip
 
 
-def _keyword_lines(data: bytes, starts: Sequence[int], lines: Sequence[str]) -> list[int]:
+def _keyword_lines(data: bytes, starts: _Starts, lines: Sequence[str]) -> list[int]:
     """Code lines holding a capability word: bytes.find beats one alternation regex by far."""
-    found: set[int] = set()
+    offsets = []
     for word in _KEYWORDS:
         index = data.find(word)
         while index != -1:
-            line = bisect.bisect_right(starts, index)
             end = index + len(word)
             if word == b"major":
                 whole = not (index and _WORD_BYTE.match(data, index - 1)) and not _WORD_BYTE.match(
@@ -135,17 +144,33 @@ def _keyword_lines(data: bytes, starts: Sequence[int], lines: Sequence[str]) -> 
                 whole = data[end : end + 1].isdigit()
             else:
                 whole = True
-            if whole and not lines[line - 1].lstrip().startswith("#"):
-                found.add(line)
-            index = data.find(word, starts[line] if line < len(starts) else len(data))
-    return sorted(found)
+            if whole:
+                offsets.append(index)
+            newline = data.find(b"\n", index)
+            if newline == -1:
+                break
+            index = data.find(word, newline)
+    return sorted({n for n in starts.lines(iter(offsets)) if _evaluable(lines[n - 1])})
 
 
 _WORD_BYTE = re.compile(rb"\w")
+_HELPER_WORD = re.compile(r"is_sm\d|blackwell|hopper_with|ampere_with|get_device_sm|get_device_capab")
+_OPERATION = re.compile(r"[<>]|[=!]=|\bin\b|\[\s*[01]\s*\]|^\s*[\w, ()]+=")
+
+
+def _evaluable(line: str) -> bool:
+    """Code that can take part in a gate: a helper, or a comparison, index or assignment.
+
+    Prose that mentions a major version (a docstring, an error message) is left unparsed.
+    """
+    stripped = line.lstrip()
+    if stripped.startswith("#"):
+        return False
+    return _HELPER_WORD.search(line) is not None or _OPERATION.search(line) is not None
 
 
 def _code_lines(
-    matches: Iterator[re.Match[bytes]], starts: Sequence[int], lines: Sequence[str]
+    matches: Iterator[re.Match[bytes]], starts: _Starts, lines: Sequence[str]
 ) -> list[int]:
     """Lines with a match, comments left out."""
     return [
@@ -153,7 +178,7 @@ def _code_lines(
     ]
 
 
-def _with_aliases(text: str, data: bytes, starts: Sequence[int], lines: list[int]) -> list[int]:
+def _with_aliases(text: str, data: bytes, starts: _Starts, lines: list[int]) -> list[int]:
     """Add the lines that use a name assigned on a candidate line (`sm = get_device_sm()`)."""
     found = set(lines)
     done: set[str] = set()
@@ -162,8 +187,10 @@ def _with_aliases(text: str, data: bytes, starts: Sequence[int], lines: list[int
     for _ in range(2):
         names: set[str] = set()
         for line in new:
-            match = _ASSIGNED.match(source_lines[line - 1]) if line <= len(source_lines) else None
-            if match:
+            text_line = source_lines[line - 1] if line <= len(source_lines) else ""
+            match = _ASSIGNED.match(text_line)
+            # Only a value made from the device (`sm = get_device_sm()`) makes an alias.
+            if match and _DEVICE_VALUE.search(text_line, match.end()):
                 names |= {n.strip(" ()") for n in match.group(1).split(",")}
         names = {n for n in names if n.isidentifier()} - done
         if not names:
