@@ -440,7 +440,10 @@ def _suggest(source: Source, wanted: str) -> str:
     models = load_models(source, paths)
     names |= {r.name for r in registered(source, models, paths)}
     key = {_normal(n): n for n in sorted(names)}
-    close = difflib.get_close_matches(_normal(wanted), list(key), n=4, cutoff=0.6)
+    wanted_key = _normal(wanted)
+    close = difflib.get_close_matches(wanted_key, list(key), n=4, cutoff=0.6)
+    # `kimi-k2.5` is the start of KimiK25ForConditionalGeneration: name those too.
+    close += [k for k in key if wanted_key and k.startswith(wanted_key) and k not in close][:4]
     return f"; did you mean {', '.join(key[c] for c in close)}?" if close else ""
 
 
