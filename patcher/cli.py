@@ -453,16 +453,22 @@ def doctor(
     Exit 0 when ready, 5 when blockers remain (known breakage: a catalogue patch not applied yet,
     or the model's missing EAGLE-3 methods). Suspects (heuristic findings) block only with --strict.
     """
-    progress = _progress if sys.stderr.isatty() else None
+    progress = _progress if _stderr_is_terminal() else None
     report = api.diagnose(
         target, model, catalog, model_path=model_path, strict=strict, progress=progress
     )
+    if progress is not None:
+        sys.stderr.write("\r\033[K")  # clear the progress line
     if json_out:
         _emit(as_json.doctor(report))
     else:
         _print_diagnosis(report)
     if not report.diagnosis.ready:
         raise typer.Exit(ExitCode.GAPS)
+
+
+def _stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()
 
 
 def _progress(stage: str) -> None:
@@ -473,16 +479,15 @@ def _progress(stage: str) -> None:
 
 def _print_diagnosis(report: api.DoctorReport) -> None:
     found = report.diagnosis
-    if sys.stderr.isatty():
-        sys.stderr.write("\r\033[K")
     typer.echo(found.verdict)
     typer.echo(f"  target: {report.target.root}")
     if found.blockers:
         typer.echo("\nBlockers:")
         for blocker in found.blockers:
-            fix = f"fixed by {blocker.fixed_by}" if blocker.fixed_by else "no patch yet"
+            fix = f"fixed by `sglpatch apply` ({blocker.fixed_by})" if blocker.fixed_by else ""
+            fix = fix or f"no patch yet ({blocker.source})"
             note = f"; {blocker.note}" if blocker.note else ""
-            typer.echo(f"  - {blocker.what}\n      [{blocker.source}: {fix}{note}]")
+            typer.echo(f"  - {blocker.what}\n      {fix}{note}")
     if found.model is not None:
         model = found.model
         state = f"lacks {', '.join(model.missing)}" if model.missing else "has them all"

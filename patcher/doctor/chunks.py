@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 _DEF = re.compile(r"(\s*)(?:async\s+)?def\s")
 _STATEMENT_START = re.compile(r"[A-Za-z_@]")
+# Lines at a block's own indentation that still belong to it.
+_CONTINUES = re.compile(r"[)\]}]|(?:else|elif|except|finally)\b")
 
 
 def _indent(line: str) -> int | None:
@@ -67,7 +69,7 @@ def _enclosing(lines: Sequence[str], index: int) -> tuple[int, int]:
             if match:
                 return above, indent
             current = indent
-        if indent == 0 and _STATEMENT_START.match(text) and not _continues(lines, above):
+        if indent == 0 and _STATEMENT_START.match(text) and not _CONTINUES.match(text):
             return above, 0
     return 0, 0
 
@@ -85,9 +87,7 @@ def _end(lines: Sequence[str], start: int, indent: int) -> int:
         level = _indent(text)
         if level is None:
             continue
-        if level <= indent and not (
-            text.lstrip().startswith((")", "]", "}")) and level == indent
-        ):
+        if level <= indent and not (level == indent and _CONTINUES.match(text, level)):
             break
         last = index
     return last

@@ -53,6 +53,7 @@ class Diagnosis(NamedTuple):
     models: tuple[ModelReport, ...]  # generation models (all, or those --model chose)
     excluded: dict[str, str]  # registered classes that are no EAGLE-3 target -> why
     strict: bool
+    asked: str | None = None  # what --model named
 
     @property
     def ready(self) -> bool:
@@ -65,8 +66,8 @@ class Diagnosis(NamedTuple):
     @property
     def verdict(self) -> str:
         subject = "capability 12"
-        if self.model is not None:
-            subject += f" + EAGLE-3 on {self.model.name}"
+        if self.model is not None or self.asked:
+            subject += f" + EAGLE-3 on {self.model.name if self.model else self.asked}"
         where = f"SGLang {self.release}" if self.release else "SGLang, release unknown"
         if self.ready:
             answer = "ready"
@@ -157,7 +158,16 @@ def diagnose(
         ]
     refusals = tuple(f for f in findings if f.kind == "refusal")
     return Diagnosis(
-        release, chosen, tuple(blockers), suspects, refusals, required, reports, excluded, strict
+        release,
+        chosen,
+        tuple(blockers),
+        suspects,
+        refusals,
+        required,
+        reports,
+        excluded,
+        strict,
+        model,
     )
 
 
