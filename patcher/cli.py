@@ -511,7 +511,10 @@ def _print_diagnosis(report: api.DoctorReport) -> None:
         f = suspect.finding
         cover = f"  [covered by {suspect.covered_by}]" if suspect.covered_by else ""
         typer.echo(f"  {f.file}:{f.line}: {f.code}{cover}")
-        typer.echo(f"      {f.kind}: 12 gets {f.gets}; 10 gets {f.like}")
+        if f.kind == "shares":
+            typer.echo(f"      shares: 12 gets {f.gets}, as 10 does")
+        else:
+            typer.echo(f"      {f.kind}: 12 gets {f.gets}; 10 gets {f.like}")
     if found.refusals:
         typer.echo(
             f"\nNot listed: {len(found.refusals)} places that refuse capability 12 with an error "

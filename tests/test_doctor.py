@@ -70,7 +70,9 @@ def pending_patches(site: Path, release: str) -> set[str]:
 def finding_at(report: dict[str, Any], file: str, code: str) -> list[dict[str, Any]]:
     """Suspects and refusals in `file` whose deciding line holds `code`."""
     return [
-        f for f in report["suspects"] + report["refusals"] if f["file"] == file and code in f["code"]
+        f
+        for f in report["suspects"] + report["refusals"]
+        if f["file"] == file and code in f["code"]
     ]
 
 
@@ -164,15 +166,35 @@ def test_0_5_9_false_positives_are_gone(report_059: dict[str, Any], file: str, c
     [
         # DeepGEMM is on for 12: it passes `sm_version < 90` like 9 and 10.
         ("sglang/srt/layers/deep_gemm_wrapper/configurer.py", "sm_version < 90", "shares", "skips"),
-        ("sglang/srt/layers/deep_gemm_wrapper/configurer.py", "is_blackwell_supported()", "shares", "True"),
+        (
+            "sglang/srt/layers/deep_gemm_wrapper/configurer.py",
+            "is_blackwell_supported()",
+            "shares",
+            "True",
+        ),
         # the FP8 block-GEMM backend picks flashinfer's Blackwell kernels for 12.
-        ("sglang/srt/layers/quantization/fp8_utils.py", "if is_blackwell_supported() and is_flashinfer_available():", "shares", "gemm_fp8_nt_groupwise"),
+        (
+            "sglang/srt/layers/quantization/fp8_utils.py",
+            "if is_blackwell_supported() and is_flashinfer_available():",
+            "shares",
+            "gemm_fp8_nt_groupwise",
+        ),
         # gpt-oss: MXFP4 MoE backend flashinfer_mxfp4 on every Blackwell.
-        ("sglang/srt/server_args.py", "is_blackwell_supported() and is_mxfp4_quant_format", "shares", "flashinfer_mxfp4"),
+        (
+            "sglang/srt/server_args.py",
+            "is_blackwell_supported() and is_mxfp4_quant_format",
+            "shares",
+            "flashinfer_mxfp4",
+        ),
         # Olmo: not SM100, so `get_device_sm() >= 80` sends 12 to fa3.
         ("sglang/srt/server_args.py", "is_cuda() and is_sm100_supported()", "excludes", '"fa3"'),
         # the hybrid-GDN backend assert applies to every Blackwell.
-        ("sglang/srt/layers/attention/attention_registry.py", "if is_blackwell():", "shares", "assert"),
+        (
+            "sglang/srt/layers/attention/attention_registry.py",
+            "if is_blackwell():",
+            "shares",
+            "assert",
+        ),
     ],
 )
 def test_0_5_9_helper_gates_are_found(
@@ -355,29 +377,57 @@ IMPORTS = "from sglang.srt.utils import get_device_sm, is_blackwell, is_sm100_su
     ("code", "kind", "gets"),
     [
         # taken apart from 10
-        ("if torch.cuda.get_device_capability()[0] == 10:\n    a = 1\nelse:\n    a = 2\n", "excludes", "a = 2"),
-        ("if is_sm100_supported():\n    b = 'trtllm'\nelse:\n    b = 'triton'\n", "excludes", "'triton'"),
+        (
+            "if torch.cuda.get_device_capability()[0] == 10:\n    a = 1\nelse:\n    a = 2\n",
+            "excludes",
+            "a = 2",
+        ),
+        (
+            "if is_sm100_supported():\n    b = 'trtllm'\nelse:\n    b = 'triton'\n",
+            "excludes",
+            "'triton'",
+        ),
         ("ok = major in (9, 10)\n", "excludes", "False"),
         ("x = 'fa' if get_device_sm() == 100 else 'tr'\n", "excludes", "'tr'"),
-        ("_on = is_sm100_supported()\ndef f():\n    if _on:\n        return 1\n    return 2\n", "excludes", "skips"),
+        (
+            "_on = is_sm100_supported()\ndef f():\n    if _on:\n        return 1\n    return 2\n",
+            "excludes",
+            "skips",
+        ),
         # grouped with 9/10 by a range or a family helper
-        ("def f():\n    sm = get_device_sm()\n    if sm < 90:\n        return False\n    return True\n", "shares", "skips"),
+        (
+            "def f():\n    sm = get_device_sm()\n    if sm < 90:\n        return False\n    return True\n",
+            "shares",
+            "skips",
+        ),
         ("if is_blackwell():\n    use = 'deep_gemm'\n", "shares", "deep_gemm"),
         ("ok = torch.cuda.get_device_capability() >= (9, 0)\n", "shares", "True"),
         # refusals: a clear error on 12
         ("assert major in (9, 10, 11), 'unsupported'\n", "refusal", "AssertionError"),
-        ("if not is_sm100_supported():\n    raise ValueError('needs SM100')\n", "refusal", "raises"),
+        (
+            "if not is_sm100_supported():\n    raise ValueError('needs SM100')\n",
+            "refusal",
+            "raises",
+        ),
         # not reported
         ("if major == 9:\n    a = 'fa3'\nelse:\n    a = 'triton'\n", None, ""),  # 10 and 12 alike
         ("if major == 8:\n    a = 1\nelse:\n    a = 2\n", None, ""),  # an Ampere special case
         ("if major == 10 or major == 12:\n    a = 1\n", None, ""),  # names 12 in the chain
-        ("def f():\n    if is_sm120_supported():\n        return 3\n    if is_sm100_supported():\n        return 1\n    return 2\n", None, ""),  # in the function
+        (
+            "def f():\n    if is_sm120_supported():\n        return 3\n    if is_sm100_supported():\n        return 1\n    return 2\n",
+            None,
+            "",
+        ),  # in the function
         ("if torch.version.hip:\n    pass\nelif False:\n    pass\n", None, ""),
         ("if _is_hip:\n    if major == 10:\n        a = 1\n", None, ""),  # never on NVIDIA
         ("ok = get_device_sm() >= 80\n", None, ""),  # Ampere too: no SM90/SM100 path
         ("v = torch_version.major >= 2\n", None, ""),  # a library's version
         ("ok = CUDA_CAPABILITY[1] == 9\n", None, ""),  # a minor version
-        ("def f():\n    assert major in (9, 10), 'x'\n    if major == 10:\n        return 1\n", "refusal", "AssertionError"),  # the rest is unreachable
+        (
+            "def f():\n    assert major in (9, 10), 'x'\n    if major == 10:\n        return 1\n",
+            "refusal",
+            "AssertionError",
+        ),  # the rest is unreachable
     ],
 )
 def test_gate_rules(code: str, kind: str | None, gets: str) -> None:

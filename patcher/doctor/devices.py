@@ -15,7 +15,7 @@ import ast
 import operator
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Union
+from typing import Any, Union
 
 from sglpatch.doctor.source_tree import Source
 
@@ -121,7 +121,9 @@ def helper_majors(name: str, helpers: Mapping[str, frozenset[int]]) -> frozenset
 Aliases = Mapping[str, Sequence[tuple[ast.expr, int | None]]]  # name -> (value, unpack index)
 
 
-def aliases_in(body: Sequence[ast.stmt] | ast.AST, deep: bool) -> dict[str, list[tuple[ast.expr, int | None]]]:
+def aliases_in(
+    body: Sequence[ast.stmt] | ast.AST, deep: bool
+) -> dict[str, list[tuple[ast.expr, int | None]]]:
     """Names assigned in a scope: `x = expr` and `a, b = expr` (index 0, 1)."""
     found: dict[str, list[tuple[ast.expr, int | None]]] = {}
     nodes: Iterator[ast.AST]
@@ -155,7 +157,7 @@ def _top_level(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
             yield from _top_level(node.orelse)
 
 
-_COMPARE: dict[type[ast.cmpop], Callable[[object, object], bool]] = {
+_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
     ast.Lt: operator.lt,
@@ -240,7 +242,8 @@ class Evaluator:
             return None
         major, minor = device
         if isinstance(node, ast.Constant):
-            return node.value if type(node.value) in (int, bool) else None
+            constant = node.value
+            return constant if isinstance(constant, (int, bool)) else None
         if isinstance(node, ast.Tuple):
             items = [self.value(e, device, world, depth + 1) for e in node.elts]
             return tuple(items) if all(type(i) is int for i in items) else None  # type: ignore[arg-type]
@@ -265,10 +268,11 @@ class Evaluator:
             index = node.slice
             if not (isinstance(index, ast.Constant) and index.value in (0, 1)):
                 return None
+            position = 0 if index.value == 0 else 1
             if isinstance(base, CapabilityLike):
-                return base.device[index.value]
+                return base.device[position]
             if isinstance(base, tuple) and len(base) == 2:
-                return base[index.value]
+                return base[position]
             return None
         if isinstance(node, ast.Call):
             name = _last_name(node.func)
@@ -348,7 +352,7 @@ class Evaluator:
     def _compare(self, node: ast.Compare, device: Device, world: bool, depth: int) -> Value:
         left = self.value(node.left, device, world, depth + 1)
         result = True
-        for op, right_node in zip(node.ops, node.comparators):
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
             right = self.value(right_node, device, world, depth + 1)
             if isinstance(op, (ast.In, ast.NotIn)):
                 found = _member(left, right_node, device)
@@ -409,9 +413,12 @@ def _member(left: Value, collection: ast.expr, device: Device) -> bool | None:
 
 def _mentions_new(node: ast.expr) -> bool:
     for part in ast.walk(node):
-        if isinstance(part, ast.Constant) and type(part.value) is int:
-            if part.value == NEW or NEW * 10 <= part.value < NEW * 10 + 10:
-                return True
+        if (
+            isinstance(part, ast.Constant)
+            and type(part.value) is int
+            and (part.value == NEW or NEW * 10 <= part.value < NEW * 10 + 10)
+        ):
+            return True
     return False
 
 

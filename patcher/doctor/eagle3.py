@@ -17,9 +17,9 @@ not tokens.
 from __future__ import annotations
 
 import ast
+import difflib
 import re
 from collections.abc import Callable, Iterator, Sequence
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -28,7 +28,6 @@ from sglpatch.doctor.source_tree import (
     Source,
     absolute_module,
     chain,
-    parallel,
     walk_with_ancestors,
 )
 from sglpatch.errors import UsageError
@@ -204,7 +203,11 @@ def summarize(data: bytes, module: str) -> _Summary | None:
             if (name := base.strip()).isidentifier()
         )
         body = _block(lines, start)
-        classes[match.group(1)] = (bases, frozenset(_body_members(body)), frozenset(_init_attributes(body)))
+        classes[match.group(1)] = (
+            bases,
+            frozenset(_body_members(body)),
+            frozenset(_init_attributes(body)),
+        )
     imports = {}
     for match in _FROM.finditer(text):
         level = len(match.group(1)) - len(match.group(1).lstrip("."))
@@ -294,7 +297,9 @@ class Models:
 
     def with_file(self, path: Path, data: bytes) -> Models:
         """The same lookup with one module's bytes replaced (a patch applied in memory)."""
-        return Models(self.source, {**self.summaries, path: summarize(data, self.source.dotted(path))})
+        return Models(
+            self.source, {**self.summaries, path: summarize(data, self.source.dotted(path))}
+        )
 
     def summary(self, path: Path) -> _Summary | None:
         if path not in self.summaries:
@@ -327,7 +332,7 @@ class Models:
             return set()
         seen.add((path, name))
         info = summary.classes[name]
-        found = set(info[field])  # type: ignore[arg-type]
+        found = set(info[field])
         for base in info[0]:
             resolved = self.resolve(path, base)
             if resolved is not None:
@@ -423,7 +428,9 @@ def find_model(source: Source, wanted: str) -> tuple[list[Path], set[str] | None
         hits = [r for r in registered(source, models, candidates) if r.name == wanted]
         if hits:
             return sorted({r.listed_in for r in hits}), {wanted}
-    raise UsageError(f"--model {wanted}: no models module or architecture of that name{_suggest(source, wanted)}")
+    raise UsageError(
+        f"--model {wanted}: no models module or architecture of that name{_suggest(source, wanted)}"
+    )
 
 
 def _read(path: Path) -> bytes:

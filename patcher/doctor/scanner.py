@@ -116,6 +116,8 @@ class _Starts:
             previous = offset
             found.append(line)
         return found
+
+
 _DEFINED = re.compile(r"^\s*def\s+(is_\w+)", re.MULTILINE)
 _DEVICE_VALUE = re.compile(r"is_sm\d|blackwell|hopper_with|get_device_sm|apabilit|APABILIT")
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w, ()]*?)\s*=(?!=)")
@@ -154,7 +156,9 @@ def _keyword_lines(data: bytes, starts: _Starts, lines: Sequence[str]) -> list[i
 
 
 _WORD_BYTE = re.compile(rb"\w")
-_HELPER_WORD = re.compile(r"is_sm\d|blackwell|hopper_with|ampere_with|get_device_sm|get_device_capab")
+_HELPER_WORD = re.compile(
+    r"is_sm\d|blackwell|hopper_with|ampere_with|get_device_sm|get_device_capab"
+)
 _OPERATION = re.compile(r"[<>]|[=!]=|\bin\b|\[\s*[01]\s*\]|^\s*[\w, ()]+=")
 
 
@@ -173,9 +177,7 @@ def _code_lines(
     matches: Iterator[re.Match[bytes]], starts: _Starts, lines: Sequence[str]
 ) -> list[int]:
     """Lines with a match, comments left out."""
-    return [
-        n for n in _lines_of(matches, starts) if not lines[n - 1].lstrip().startswith("#")
-    ]
+    return [n for n in _lines_of(matches, starts) if not lines[n - 1].lstrip().startswith("#")]
 
 
 def _with_aliases(text: str, data: bytes, starts: _Starts, lines: list[int]) -> list[int]:
@@ -200,9 +202,7 @@ def _with_aliases(text: str, data: bytes, starts: _Starts, lines: list[int]) -> 
             rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b"
         )
         new = [
-            n
-            for n in _code_lines(pattern.finditer(data), starts, source_lines)
-            if n not in found
+            n for n in _code_lines(pattern.finditer(data), starts, source_lines) if n not in found
         ]
         found |= set(new)
     return sorted(found)
@@ -242,15 +242,17 @@ class _Scan:
         if key not in self.evaluators:
             local = (
                 devices.aliases_in(
-                    [n for n, _ in walk_with_ancestors(function, self.wanted) if isinstance(n, ast.Assign)],  # type: ignore[misc]
+                    [
+                        n
+                        for n, _ in walk_with_ancestors(function, self.wanted)
+                        if isinstance(n, ast.Assign)
+                    ],
                     deep=False,
                 )
                 if function is not None
                 else {}
             )
-            self.evaluators[key] = Evaluator(
-                self.helpers, self.module_aliases, local, self.defined
-            )
+            self.evaluators[key] = Evaluator(self.helpers, self.module_aliases, local, self.defined)
         return self.evaluators[key]
 
     def function_handles_new(self, function: _Function | None) -> bool:
@@ -324,8 +326,9 @@ class _Scan:
         """The tests of a decision and what each branch does (None: goes on past it)."""
         parent = ancestors[-1] if ancestors else None
         top_level = isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef))
+        tests: list[ast.expr] = []
+        branches: list[str | None] = []
         if isinstance(node, ast.If):
-            tests, branches = [], []
             current: ast.If | None = node
             while current is not None:
                 self.seen.add(id(current))
@@ -339,7 +342,6 @@ class _Scan:
                     current = None
             return (tests, branches, top_level) if _spans(tests, lines) else None
         if isinstance(node, ast.IfExp):
-            tests, branches = [], []
             expression: ast.expr = node
             while isinstance(expression, ast.IfExp):
                 self.seen.add(id(expression))
@@ -397,9 +399,7 @@ class _Scan:
             if new != old:
                 kind = "excludes"
                 decisive = tests[min(new, old)]
-            elif taken[AMPERE] != new and _open_ended(
-                tests[min(new, taken[AMPERE])], evaluator
-            ):
+            elif taken[AMPERE] != new and _open_ended(tests[min(new, taken[AMPERE])], evaluator):
                 kind = "shares"  # a range or family test groups 12 with 10, apart from 8
                 decisive = tests[min(new, taken[AMPERE])]
             else:
@@ -416,7 +416,9 @@ class _Scan:
 def _device_line(test: ast.expr, evaluator: Evaluator) -> int:
     """The line of a multi-line test where the device comes in."""
     for part in ast.walk(test):
-        if isinstance(part, (ast.Compare, ast.Call, ast.Name)) and evaluator.depends_on_device(part):
+        if isinstance(part, (ast.Compare, ast.Call, ast.Name)) and evaluator.depends_on_device(
+            part
+        ):
             return part.lineno
     return test.lineno
 
@@ -427,7 +429,9 @@ def _describe(branch: str | None, node: ast.AST) -> str:
     return "skips the block" if isinstance(node, (ast.If, ast.While)) else "passes"
 
 
-def _branch(tests: Sequence[ast.expr], evaluator: Evaluator, device: devices.Device, world: bool) -> int:
+def _branch(
+    tests: Sequence[ast.expr], evaluator: Evaluator, device: devices.Device, world: bool
+) -> int:
     for index, test in enumerate(tests):
         if evaluator.truth(test, device, world):
             return index

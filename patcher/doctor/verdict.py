@@ -76,7 +76,9 @@ class Diagnosis(NamedTuple):
             fixable = sum(1 for b in self.blockers if b.fixed_by)
             noun = "blocker" if count == 1 else "blockers"
             if fixable == count:
-                answer = f"{count} {noun}, {'both' if count == 2 else 'all'} fixed by `sglpatch apply`"
+                answer = (
+                    f"{count} {noun}, {'both' if count == 2 else 'all'} fixed by `sglpatch apply`"
+                )
                 if count == 1:
                     answer = f"1 {noun}, fixed by `sglpatch apply`"
             elif fixable:
@@ -107,7 +109,9 @@ def diagnose(
     required = eagle3.requirements(source)
     say(f"reading {len(paths)} models module(s)")
     models = eagle3.load_models(source, paths)
-    registered = [r for r in eagle3.registered(source, models, paths) if not names or r.name in names]
+    registered = [
+        r for r in eagle3.registered(source, models, paths) if not names or r.name in names
+    ]
     excluded = {r.name: r.excluded for r in registered if r.excluded}
 
     say("scanning capability gates")
@@ -137,10 +141,16 @@ def diagnose(
             continue  # reported below as the model's missing methods
         if isinstance(check.outcome, Failed):
             blockers.append(
-                Blocker(check.patch.symptom, check.patch.id, None, f"the patch fails: {check.outcome.reason}")
+                Blocker(
+                    check.patch.symptom,
+                    check.patch.id,
+                    None,
+                    f"the patch fails: {check.outcome.reason}",
+                )
             )
         else:
-            note = "" if check.patch.is_tested(release) else "untested on this release: apply --force"  # type: ignore[arg-type]
+            tested = release is None or check.patch.is_tested(release)
+            note = "" if tested else "untested on this release: apply --force"
             blockers.append(Blocker(check.patch.symptom, check.patch.id, check.patch.id, note))
     if model is not None:
         for report in reports:
@@ -148,12 +158,14 @@ def diagnose(
                 what = f"EAGLE-3 cannot start: {report.name} lacks {', '.join(report.missing)}"
                 blockers.append(Blocker(what, report.name, report.fixed_by))
 
-    suspects = tuple(
-        Suspect(f, covered.get(f)) for f in findings if f.kind != "refusal"
-    )
+    suspects = tuple(Suspect(f, covered.get(f)) for f in findings if f.kind != "refusal")
     if strict:
         blockers += [
-            Blocker(f"capability 12 gets {s.finding.gets} ({s.finding.kind})", f"{s.finding.file}:{s.finding.line}", s.covered_by)
+            Blocker(
+                f"capability 12 gets {s.finding.gets} ({s.finding.kind})",
+                f"{s.finding.file}:{s.finding.line}",
+                s.covered_by,
+            )
             for s in suspects
         ]
     refusals = tuple(f for f in findings if f.kind == "refusal")
