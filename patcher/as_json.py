@@ -10,7 +10,7 @@ from sglpatch.results import AlreadyApplied, Failed, NotApplicable, Outcome
 from sglpatch.target import Target
 
 if TYPE_CHECKING:
-    from sglpatch.doctor.scanner import Finding
+    from sglpatch.doctor.findings import Finding
 
 JSON = dict[str, Any]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 _DEF = re.compile(r"(\s*)(?:async\s+)?def\s")
 _STATEMENT_START = re.compile(r"[A-Za-z_@]")
@@ -93,20 +94,29 @@ def _end(lines: Sequence[str], start: int, indent: int) -> int:
     return last
 
 
-def parse(lines: Sequence[str], wanted: Sequence[int]) -> ast.Module | None:
-    """A module holding just the blocks around `wanted`, at their real line numbers."""
-    body: list[ast.stmt] = []
+class Parsed(NamedTuple):
+    tree: ast.Module
+    lines: list[str]  # the text that was parsed: the blocks, one after another, at column 0
+    real: list[int]  # real[n] is the module's line number of parsed line n (1-based; real[0] = 0)
+
+    def wanted(self, lines: Sequence[int]) -> list[int]:
+        """Module line numbers -> the parsed text's."""
+        index = {line: n for n, line in enumerate(self.real) if n}
+        return [index[line] for line in lines if line in index]
+
+
+def parse(lines: Sequence[str], wanted: Sequence[int]) -> Parsed | None:
+    """The blocks around `wanted`, parsed as one text (one parse per file, no padding)."""
+    text: list[str] = []
+    real = [0]
     for start, end, indent in blocks(lines, wanted):
-        # Leading newlines give the nodes their real line numbers for free.
-        chunk = "\n" * (start - 1) + "\n".join(
-            _dedent(text, indent) for text in lines[start - 1 : end]
-        )
-        try:
-            tree = ast.parse(chunk)
-        except (SyntaxError, ValueError):
-            return None
-        body.extend(tree.body)
-    return ast.Module(body=body, type_ignores=[])
+        for index in range(start - 1, end):
+            text.append(_dedent(lines[index], indent))
+            real.append(index + 1)
+    try:
+        return Parsed(ast.parse("\n".join(text)), text, real)
+    except (SyntaxError, ValueError):
+        return None
 
 
 def _dedent(text: str, indent: int) -> str:

@@ -17,9 +17,9 @@ from typing import NamedTuple
 from packaging.version import Version
 
 from sglpatch import engine
-from sglpatch.doctor import scanner
+from sglpatch.doctor.findings import Finding
 from sglpatch.patch import Patch
-from sglpatch.results import AlreadyApplied, Applied, Failed, NotApplicable, Outcome
+from sglpatch.results import Applied, Failed, Outcome
 
 
 class PatchCheck(NamedTuple):
@@ -53,18 +53,14 @@ def pending(checks: Sequence[PatchCheck]) -> list[PatchCheck]:
     return [c for c in checks if isinstance(c.outcome, (Applied, Failed))]
 
 
-def settled(outcome: Outcome) -> bool:
-    return isinstance(outcome, (AlreadyApplied, NotApplicable))
-
-
 def covered_by(
-    findings: Sequence[scanner.Finding],
+    findings: Sequence[Finding],
     checks: Sequence[PatchCheck],
-    rescan: Callable[[bytes, str], Sequence[scanner.Finding]],
-) -> dict[scanner.Finding, str]:
+    rescan: Callable[[bytes, str], Sequence[Finding]],
+) -> dict[Finding, str]:
     """finding -> the first patch (by id) whose change removes it or changes what 12 gets."""
-    by_file: Mapping[str, list[scanner.Finding]] = _group(findings)
-    covered: dict[scanner.Finding, str] = {}
+    by_file: Mapping[str, list[Finding]] = _group(findings)
+    covered: dict[Finding, str] = {}
     for check_ in sorted(checks, key=lambda c: c.patch.id):
         if check_.after is None or check_.file not in by_file:
             continue
@@ -77,8 +73,8 @@ def covered_by(
     return covered
 
 
-def _group(findings: Sequence[scanner.Finding]) -> dict[str, list[scanner.Finding]]:
-    grouped: dict[str, list[scanner.Finding]] = {}
+def _group(findings: Sequence[Finding]) -> dict[str, list[Finding]]:
+    grouped: dict[str, list[Finding]] = {}
     for finding in findings:
         grouped.setdefault(finding.file, []).append(finding)
     return grouped

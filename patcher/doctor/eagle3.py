@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from sglpatch.doctor import chunks
 from sglpatch.doctor.source_tree import (
     Source,
     absolute_module,
@@ -54,10 +55,18 @@ def requirements(source: Source) -> dict[str, tuple[str, ...]]:
         text = source.text(path)
         if "eagle" not in text.lower() or not (lines := _lines_matching(text, _MODEL_CALL)):
             continue
-        if (parsed := source.tree(path)) is None:
+        # The model runner is thousands of lines: parse only the functions holding the calls.
+        chunk = chunks.parse(text.splitlines(), lines)
+        parsed: ast.Module | None
+        if chunk is not None:
+            parsed, wanted, real = chunk.tree, chunk.wanted(lines), chunk.real
+        else:
+            parsed, wanted, real = source.tree(path), lines, None
+        if parsed is None:
             continue
-        for call, method in _calls(parsed, lines, _is_runner_model, within=_on_eagle_path):
-            found.setdefault(method, []).append(f"{source.shown(path)}:{call.lineno}")
+        for call, method in _calls(parsed, wanted, _is_runner_model, within=_on_eagle_path):
+            line = real[call.lineno] if real else call.lineno
+            found.setdefault(method, []).append(f"{source.shown(path)}:{line}")
     return {
         method: tuple(places)
         for method, places in sorted(found.items())

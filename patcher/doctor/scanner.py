@@ -21,29 +21,14 @@ import ast
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
-from sglpatch.doctor import chunks, devices
+from sglpatch.doctor import candidates, chunks, devices, tables
 from sglpatch.doctor.devices import AMPERE, B200, RTX_BLACKWELL, Evaluator
-from sglpatch.doctor.source_tree import Source, chain, parallel, walk_with_ancestors
+from sglpatch.doctor.findings import Finding
+from sglpatch.doctor.source_tree import Source, walk_with_ancestors
 
-MAJORS = frozenset(range(7, 14))  # plausible compute-capability majors
 KNOWN = frozenset({9, 10})
 NEW = devices.NEW
-
-
-class Finding(NamedTuple):
-    file: str  # sglang/...
-    line: int
-    kind: str  # excludes, shares, table or refusal
-    code: str  # the line of the deciding test
-    gets: str  # what capability 12 gets there
-    like: str  # what capability 10 gets there
-
-    @property
-    def key(self) -> tuple[str, str, str, str]:
-        """Identity across an edit that moves lines: a patch covers a finding it removes."""
-        return (self.file, self.kind, self.code, self.gets)
 
 
 # Quick byte tests before any parsing: a capability word, a helper, or a dict row keyed 9/10.
@@ -57,7 +42,9 @@ def scan(source: Source, helpers: Mapping[str, frozenset[int]]) -> list[Finding]
         for path in sorted(source.package_dir.rglob("*.py"))
         if not _is_test(path.relative_to(source.package_dir).parts)
     ]
-    return [finding for findings in parallel(_scan_path, jobs) for finding in findings]
+    # One process: with most files rejected by a byte test and the rest parsed a function at a
+    # time, a process pool's start-up and pickling cost more than they save on 2 cores.
+    return [finding for job in jobs for finding in _scan_path(job)]
 
 
 def _is_test(parts: tuple[str, ...]) -> bool:
@@ -82,132 +69,33 @@ def scan_bytes(data: bytes, shown: str, helpers: Mapping[str, frozenset[int]]) -
     if not rows and not any(word in data for word in _WORDS):
         return []
     text = data.decode("utf-8", errors="replace")
-    starts = _Starts(data)
+    starts = candidates.Starts(data)
     source_lines = text.splitlines()
-    lines = _with_aliases(text, data, starts, _keyword_lines(data, starts, source_lines))
+    lines = candidates.with_aliases(
+        text, data, starts, candidates.keyword_lines(data, starts, source_lines)
+    )
     if not lines and not rows:
         return []
     # Tables need every read of their name, so a file with rows is parsed whole.
-    tree = None if rows else chunks.parse(source_lines, lines)
-    if tree is None:
+    parsed = None if rows else chunks.parse(source_lines, lines)
+    if parsed is not None:
+        tree, scanned, wanted, real = parsed.tree, parsed.lines, parsed.wanted(lines), parsed.real
+    else:
         try:
             tree = ast.parse(data, filename=shown)
         except (SyntaxError, ValueError):
             return []
+        scanned, wanted, real = source_lines, lines, list(range(len(source_lines) + 1))
     # A module's own `def is_blackwell()` is not SGLang's helper of that name.
     defined = frozenset(_DEFINED.findall(text)) if "def is_" in text else frozenset()
-    found = list(_Scan(tree, shown, source_lines, helpers, defined).run(lines)) if lines else []
+    found = list(_Scan(tree, shown, scanned, helpers, defined).run(wanted)) if wanted else []
+    found = [f._replace(line=real[f.line]) for f in found]
     if rows:
-        found += _tables(tree, shown, source_lines)
+        found += tables.tables(tree, shown, source_lines)
     return sorted(set(found), key=lambda f: (f.line, f.kind))
 
 
-class _Starts:
-    """Line numbers of byte offsets, counted on demand: most files need a handful."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def lines(self, offsets: Iterator[int]) -> list[int]:
-        found = []
-        line, previous = 1, 0
-        for offset in sorted(offsets):
-            line += self.data.count(b"\n", previous, offset)
-            previous = offset
-            found.append(line)
-        return found
-
-
 _DEFINED = re.compile(r"^\s*def\s+(is_\w+)", re.MULTILINE)
-_DEVICE_VALUE = re.compile(r"is_sm\d|blackwell|hopper_with|get_device_sm|apabilit|APABILIT")
-_ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w, ()]*?)\s*=(?!=)")
-
-
-def _lines_of(matches: Iterator[re.Match[bytes]], starts: _Starts) -> list[int]:
-    return sorted(set(starts.lines(m.start() for m in matches)))
-
-
-_KEYWORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"get_device_sm", b"hopper_with",
-             b"ampere_with", b"major")  # fmt: skip
-
-
-def _keyword_lines(data: bytes, starts: _Starts, lines: Sequence[str]) -> list[int]:
-    """Code lines holding a capability word: bytes.find beats one alternation regex by far."""
-    offsets = []
-    for word in _KEYWORDS:
-        index = data.find(word)
-        while index != -1:
-            end = index + len(word)
-            if word == b"major":
-                whole = not (index and _WORD_BYTE.match(data, index - 1)) and not _WORD_BYTE.match(
-                    data, end
-                )
-            elif word == b"is_sm":
-                whole = data[end : end + 1].isdigit()
-            else:
-                whole = True
-            if whole:
-                offsets.append(index)
-            newline = data.find(b"\n", index)
-            if newline == -1:
-                break
-            index = data.find(word, newline)
-    return sorted({n for n in starts.lines(iter(offsets)) if _evaluable(lines[n - 1])})
-
-
-_WORD_BYTE = re.compile(rb"\w")
-_HELPER_WORD = re.compile(
-    r"is_sm\d|blackwell|hopper_with|ampere_with|get_device_sm|get_device_capab"
-)
-_OPERATION = re.compile(r"[<>]|[=!]=|\bin\b|\[\s*[01]\s*\]|^\s*[\w, ()]+=")
-
-
-def _evaluable(line: str) -> bool:
-    """Code that can take part in a gate: a helper, or a comparison, index or assignment.
-
-    Prose that mentions a major version (a docstring, an error message) is left unparsed.
-    """
-    stripped = line.lstrip()
-    if stripped.startswith("#"):
-        return False
-    return _HELPER_WORD.search(line) is not None or _OPERATION.search(line) is not None
-
-
-def _code_lines(
-    matches: Iterator[re.Match[bytes]], starts: _Starts, lines: Sequence[str]
-) -> list[int]:
-    """Lines with a match, comments left out."""
-    return [n for n in _lines_of(matches, starts) if not lines[n - 1].lstrip().startswith("#")]
-
-
-def _with_aliases(text: str, data: bytes, starts: _Starts, lines: list[int]) -> list[int]:
-    """Add the lines that use a name assigned on a candidate line (`sm = get_device_sm()`)."""
-    found = set(lines)
-    done: set[str] = set()
-    source_lines = text.splitlines()
-    new = list(lines)
-    for _ in range(2):
-        names: set[str] = set()
-        for line in new:
-            text_line = source_lines[line - 1] if line <= len(source_lines) else ""
-            match = _ASSIGNED.match(text_line)
-            # Only a value made from the device (`sm = get_device_sm()`) makes an alias.
-            if match and _DEVICE_VALUE.search(text_line, match.end()):
-                names |= {n.strip(" ()") for n in match.group(1).split(",")}
-        names = {n for n in names if n.isidentifier()} - done
-        if not names:
-            break
-        done |= names
-        pattern = re.compile(
-            rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b"
-        )
-        new = [
-            n for n in _code_lines(pattern.finditer(data), starts, source_lines) if n not in found
-        ]
-        found |= set(new)
-    return sorted(found)
-
-
 _TWELVE = re.compile(r"12")
 _DECISIONS = (
     ast.If, ast.IfExp, ast.Assert, ast.While, ast.Return, ast.Assign, ast.AnnAssign, ast.keyword
@@ -493,57 +381,3 @@ def _expression_text(node: ast.expr) -> str:
         return ast.unparse(node)
     except (ValueError, AttributeError, RecursionError):
         return ""
-
-
-# --- tables keyed by majors ------------------------------------------------------------------
-
-
-def _tables(tree: ast.Module, shown: str, lines: Sequence[str]) -> list[Finding]:
-    tables: list[tuple[int, set[str]]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict):
-            keys = _int_keys(node.value)
-            if keys and keys <= MAJORS and keys & KNOWN and NEW not in keys:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                tables.append((node.lineno, {c[-1] for t in targets if (c := chain(t))}))
-    if not tables:
-        return []
-    # A table only ever read with `.get(key, default)` takes an unknown major in its stride.
-    subscripted, tolerant = _reads(tree)
-    found = []
-    for line, names in tables:
-        if names & subscripted:
-            code = lines[line - 1].strip() if line <= len(lines) else ""
-            found.append(Finding(shown, line, "table", code, "KeyError: 12", "its row"))
-        elif not names & tolerant:
-            code = lines[line - 1].strip() if line <= len(lines) else ""
-            found.append(Finding(shown, line, "table", code, "no row", "its row"))
-    return found
-
-
-def _reads(tree: ast.Module) -> tuple[set[str], set[str]]:
-    subscripted: set[str] = set()
-    defaulted: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
-            if names := chain(node.value):
-                subscripted.add(names[-1])
-        elif isinstance(node, ast.Call):
-            func = node.func
-            if (
-                isinstance(func, ast.Attribute)
-                and func.attr == "get"
-                and len(node.args) == 2
-                and (names := chain(func.value))
-            ):
-                defaulted.add(names[-1])
-    return subscripted, defaulted - subscripted
-
-
-def _int_keys(node: ast.Dict) -> set[int] | None:
-    keys = set()
-    for key in node.keys:
-        if not (isinstance(key, ast.Constant) and type(key.value) is int):
-            return None
-        keys.add(key.value)
-    return keys

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from packaging.version import Version
 
 from sglpatch.doctor import coverage, devices, eagle3, scanner
-from sglpatch.doctor.scanner import Finding
+from sglpatch.doctor.findings import Finding
 from sglpatch.doctor.source_tree import Source
 from sglpatch.patch import Patch
 from sglpatch.results import Failed
