@@ -55,15 +55,14 @@ def run_doctor(site: Path, *args: str) -> tuple[int, dict[str, Any]]:
     return result.exit_code, json.loads(result.stdout)
 
 
-def pending_patches(site: Path, release: str) -> set[str]:
-    """The capability-12 patches `apply` would still run on this tree, by the engine's own
-    outcome (patches to models modules concern one model: left out)."""
-    version = Version(release)
-    checks = coverage.check(site / "sglang", version, catalogue.load())
+def pending_patches(site: Path, ledger: Path) -> set[str]:
+    """The capability-12 patches `apply --dry-run` says it would apply (patches to models
+    modules concern one model: left out)."""
+    report = api.apply(site, None, ledger, dry_run=True)
     return {
-        c.patch.id
-        for c in checks
-        if isinstance(c.outcome, Applied) and not c.file.startswith("sglang/srt/models/")
+        o.patch_id
+        for o in report.outcomes
+        if isinstance(o, Applied) and not o.file.startswith("sglang/srt/models/")
     }
 
 
@@ -80,7 +79,7 @@ def finding_at(report: dict[str, Any], file: str, code: str) -> list[dict[str, A
 
 
 @pytest.mark.wheel
-def test_0_5_9_kimi_has_blockers_all_fixed_by_apply(trees: dict[str, Path]) -> None:
+def test_0_5_9_kimi_has_blockers_all_fixed_by_apply(trees: dict[str, Path], tmp_path: Path) -> None:
     code, report = run_doctor(trees["0.5.9"], "--model", KIMI)
     assert code == ExitCode.GAPS and not report["ready"]
     assert report["verdict"].startswith(f"capability 12 + EAGLE-3 on {KIMI} (SGLang 0.5.9): ")
@@ -93,7 +92,7 @@ def test_0_5_9_kimi_has_blockers_all_fixed_by_apply(trees: dict[str, Path]) -> N
     # Every catalogue patch with work on 0.5.9 is a blocker, with its declared symptom.
     catalog = {p.id: p for p in catalogue.load()}
     sources = {b["source"] for b in blockers} - {KIMI}
-    assert sources == pending_patches(trees["0.5.9"], "0.5.9")
+    assert sources == pending_patches(trees["0.5.9"], tmp_path / "ledger")
     assert {"sm120-symm-mem-sizes", "sm120-symm-mem-two-shot"} <= sources
     assert all(b["what"] == catalog[b["source"]].symptom for b in blockers if b["source"] != KIMI)
 
@@ -110,12 +109,13 @@ def test_0_5_9_kimi_is_ready_after_apply(applied: dict[str, Path]) -> None:
 @pytest.mark.wheel
 @pytest.mark.parametrize("release", ["0.5.10", "0.5.23"])
 def test_later_releases_kimi_has_its_methods_and_apply_clears_the_rest(
-    release: str, trees: dict[str, Path], applied: dict[str, Path]
+    release: str, trees: dict[str, Path], applied: dict[str, Path], tmp_path: Path
 ) -> None:
     code, before = run_doctor(trees[release], "--model", "kimi_k25")
     assert before["model"] == KIMI
     assert before["eagle3"]["models"][KIMI]["missing"] == []  # upstream since 0.5.10
-    assert {b["source"] for b in before["blockers"]} == pending_patches(trees[release], release)
+    pending = pending_patches(trees[release], tmp_path / "ledger")
+    assert {b["source"] for b in before["blockers"]} == pending
     assert all(b["fixed_by"] for b in before["blockers"])
     assert (code == 0) == (not before["blockers"])
     code, after = run_doctor(applied[release], "--model", KIMI)
