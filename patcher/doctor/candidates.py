@@ -68,17 +68,26 @@ _WORD_BYTE = re.compile(rb"\w")
 _HELPER_WORD = re.compile(
     r"is_sm\d|blackwell|hopper_with|ampere_with|get_device_sm|get_device_capab"
 )
-_OPERATION = re.compile(r"[<>]|[=!]=|\bin\b|\[\s*[01]\s*\]|^\s*[\w, ()]+=")
+_OPERATION = re.compile(r"[<>]|[=!]=|\bin\b|\[\s*[01]\s*\]")
+_NOT_CODE = ("#", "import ", "from ", "def ", "async def ", "class ", "@")
+_LISTED = re.compile(r"[\w.]+,?")  # `get_device_capability,` inside an import list
+_DEVICE_RHS = re.compile(r"is_sm\d|blackwell|hopper_with|get_device_sm|apabilit|APABILIT|\bmajor\b")
 
 
 def _evaluable(line: str) -> bool:
-    """Code that can take part in a gate: a helper, or a comparison, index or assignment.
+    """Code that can take part in a gate: a helper call, a comparison or index, or a value
+    made from the device.
 
-    Prose that mentions a major version (a docstring, an error message) is left unparsed.
+    Imports, headers, comments and prose that mentions a major version (a docstring, an error
+    message), and assignments that only name a capability (`_nvmlNvLinkCapability_t = c_uint`)
+    are left unparsed.
     """
-    stripped = line.lstrip()
-    if stripped.startswith("#"):
+    stripped = line.strip()
+    if stripped.startswith(_NOT_CODE) or _LISTED.fullmatch(stripped):
         return False
+    assigned = _ASSIGNED.match(line)
+    if assigned and not _OPERATION.search(line, assigned.end()):
+        return _DEVICE_RHS.search(line, assigned.end()) is not None
     return _HELPER_WORD.search(line) is not None or _OPERATION.search(line) is not None
 
 
@@ -103,7 +112,8 @@ def with_aliases(text: str, data: bytes, starts: Starts, lines: list[int]) -> li
             # Only a value made from the device (`sm = get_device_sm()`) makes an alias.
             if match and _DEVICE_VALUE.search(text_line, match.end()):
                 names |= {n.strip(" ()") for n in match.group(1).split(",")}
-        names = {n for n in names if n.isidentifier()} - done
+        # `_` and one-letter names are everywhere: following them would parse whole modules.
+        names = {n for n in names if n.isidentifier() and len(n) > 1} - done
         if not names:
             break
         done |= names
