@@ -521,16 +521,52 @@ def _message(
 
 
 def diagnose(
-    target_path: Path | None, model: str | None = None, catalog: Path | None = None
+    target_path: Path | None,
+    model: str | None = None,
+    catalog: Path | None = None,
+    *,
+    model_path: Path | None = None,
+    strict: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> DoctorReport:
-    """What stops the target on capability-12 GPUs and EAGLE-3, read from its own source."""
+    """Will the target run on capability-12 GPUs (with EAGLE-3 on `model`)? From its own source.
+
+    `model` is an architecture name (`KimiK25ForConditionalGeneration`) or a models module's
+    stem (`kimi_k25`); `model_path` is a checkpoint folder whose config.json names it.
+    """
     target = find_target(target_path, None, required=False)
-    if model is not None and not (target.package_dir / "srt" / "models" / f"{model}.py").is_file():
-        raise UsageError(f"--model {model}: no sglang/srt/models/{model}.py in {target.root}")
+    if model_path is not None:
+        if model is not None:
+            raise UsageError("give --model or --model-path, not both")
+        model = _architecture(model_path)
     from sglpatch import doctor  # its scanners load only for this command
 
-    result = doctor.diagnose(target.package_dir, target.release, catalogue.load(catalog), model)
+    result = doctor.diagnose(
+        target.package_dir,
+        target.release,
+        catalogue.load(catalog),
+        model,
+        strict=strict,
+        progress=progress,
+    )
     return DoctorReport(target, result)
+
+
+def _architecture(model_path: Path) -> str:
+    """The first architecture a checkpoint's config.json names, as SGLang picks its class."""
+    import json
+
+    config = model_path / "config.json"
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--model-path {model_path}: no config.json there") from None
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--model-path {model_path}: cannot read config.json: {error}") from None
+    names = data.get("architectures") if isinstance(data, dict) else None
+    if not isinstance(names, list) or not names or not isinstance(names[0], str):
+        raise UsageError(f"--model-path {model_path}: config.json names no architectures")
+    return names[0]
 
 
 def export(

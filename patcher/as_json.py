@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglpatch import api
 from sglpatch.ledger import Entry
 from sglpatch.results import AlreadyApplied, Failed, NotApplicable, Outcome
 from sglpatch.target import Target
+
+if TYPE_CHECKING:
+    from sglpatch.doctor.findings import Finding
 
 JSON = dict[str, Any]
 
@@ -128,19 +131,31 @@ def doctor(report: api.DoctorReport) -> JSON:
     return {
         "release": str(found.release) if found.release else None,
         "target": str(report.target.root),
+        "verdict": found.verdict,
+        "ready": found.ready,
+        "strict": found.strict,
+        "model": found.model.name if found.model else None,
+        "blockers": [
+            {"what": b.what, "source": b.source, "fixed_by": b.fixed_by, "note": b.note}
+            for b in found.blockers
+        ],
         "eagle3": {
             "required": list(found.required),
             "called_at": {method: list(places) for method, places in found.required.items()},
             "models": models,
+            "excluded": dict(found.excluded),
         },
-        "capability_gaps": [
-            {
-                "file": g.file,
-                "line": g.line,
-                "kind": g.kind,
-                "code": g.code,
-                "covered_by": g.covered_by,
-            }
-            for g in found.gaps
-        ],
+        "suspects": [{**_finding(s.finding), "covered_by": s.covered_by} for s in found.suspects],
+        "refusals": [_finding(f) for f in found.refusals],
+    }
+
+
+def _finding(finding: Finding) -> JSON:
+    return {
+        "file": finding.file,
+        "line": finding.line,
+        "kind": finding.kind,
+        "code": finding.code,
+        "gets": finding.gets,
+        "like": finding.like,
     }

@@ -289,7 +289,7 @@ def _root(
     """Patch an installed SGLang for hardware and models its release does not support yet.
 
     Exit codes: 0 ok, 1 refused (nothing changed), 2 usage, 3 target problem, 4 ledger problem,
-    5 doctor found gaps, 70 internal error, 130 interrupted, 141 output pipe closed.
+    5 doctor found blockers, 70 internal error, 130 interrupted, 141 output pipe closed.
     """
 
 
@@ -714,51 +714,99 @@ def doctor(
     target: TargetOption = None,
     model: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option("--model", "-m", help="Only this models module, e.g. kimi_k25."),
+        typer.Option(
+            "--model",
+            "-m",
+            help="The model to run with EAGLE-3: its architecture from config.json "
+            "(KimiK25ForConditionalGeneration) or its models module (kimi_k25).",
+            show_default=False,
+        ),
     ] = None,
+    model_path: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--model-path",
+            help="A checkpoint folder: its config.json names the architecture.",
+            show_default=False,
+        ),
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Count every suspect as a blocker.")
+    ] = False,
     catalog: CatalogOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Find what stops SGLang on capability-12 GPUs and on EAGLE-3, from its own source."""
-    report = api.diagnose(target, model, catalog)
-    found = report.diagnosis
+    """Will this SGLang run on capability-12 GPUs, with EAGLE-3 on your model? Read from its source.
+
+    Exit 0 when ready, 5 when blockers remain (known breakage: a catalogue patch not applied yet,
+    or the model's missing EAGLE-3 methods). Suspects (heuristic findings) block only with --strict.
+    """
+    progress = _progress if _stderr_is_terminal() else None
+    report = api.diagnose(
+        target, model, catalog, model_path=model_path, strict=strict, progress=progress
+    )
+    if progress is not None:
+        sys.stderr.write("\r\033[K")  # clear the progress line
     if json_out:
         _emit(as_json.doctor(report))
     else:
         _print_diagnosis(report)
-    if not found.healthy:
+    if not report.diagnosis.ready:
         raise typer.Exit(ExitCode.GAPS)
+
+
+def _stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
+def _progress(stage: str) -> None:
+    """One overwritten status line on a terminal's stderr; nothing when stderr is not one."""
+    sys.stderr.write(f"\r\033[Kdoctor: {stage}...")
+    sys.stderr.flush()
 
 
 def _print_diagnosis(report: api.DoctorReport) -> None:
     found = report.diagnosis
-    typer.echo(f"SGLang {found.release or '(release unknown)'} at {report.target.root}\n")
-    typer.echo("EAGLE-3: what the target's code calls on the target model")
-    for method, places in found.required.items():
-        more = f" (+{len(places) - 1} more)" if len(places) > 1 else ""
-        typer.echo(f"  {method:<32} {places[0]}{more}")
-    lacking = found.lacking
-    typer.echo(
-        f"\nEAGLE-3: {len(lacking)} of {len(found.models)} registered models lack some of it"
-    )
-    for model in sorted(lacking, key=lambda m: (m.fixed_by is None, m.module, m.name)):
-        fix = f"  [fixed by {model.fixed_by}]" if model.fixed_by else ""
-        typer.echo(f"  {model.name} ({model.module}): {', '.join(model.missing)}{fix}")
-    typer.echo(f"\nCapability gaps (majors 9/10 without 12): {len(found.gaps)}")
-    for gap in found.gaps:
-        cover = f"  [covered by {gap.covered_by}]" if gap.covered_by else ""
-        typer.echo(f"  {gap.kind:<5} {gap.file}:{gap.line}: {gap.code}{cover}")
-    fixable = sum(1 for m in lacking if m.fixed_by) + sum(1 for g in found.gaps if g.covered_by)
-    other = len(lacking) + len(found.gaps) - fixable
-    typer.echo("\nWhat to do:")
-    if found.healthy:
-        typer.echo("  Nothing: no gaps found.")
-    if fixable:
-        typer.echo(f"  {fixable} gap(s) have a patch in the catalogue: run `sglpatch apply`.")
-    if other:
+    typer.echo(found.verdict)
+    typer.echo(f"  target: {report.target.root}")
+    if found.blockers:
+        typer.echo("\nBlockers:")
+        for blocker in found.blockers:
+            fix = f"fixed by `sglpatch apply` ({blocker.fixed_by})" if blocker.fixed_by else ""
+            fix = fix or f"no patch yet ({blocker.source})"
+            note = f"; {blocker.note}" if blocker.note else ""
+            typer.echo(f"  - {blocker.what}\n      {fix}{note}")
+    if found.model is not None:
+        model = found.model
+        state = f"lacks {', '.join(model.missing)}" if model.missing else "has them all"
+        typer.echo(f"\nEAGLE-3 on {model.name} ({model.module}): {state}")
+    else:
+        lacking = found.lacking
         typer.echo(
-            f"  {other} gap(s) have no patch yet: avoid those models or code paths on "
-            "capability-12 GPUs, or write a patch (README, 'Write your own patch')."
+            f"\nEAGLE-3: {len(lacking)} of {len(found.models)} generation models lack some of "
+            f"{', '.join(found.required) or '(nothing required)'}; {len(found.excluded)} other "
+            "registered classes are no EAGLE-3 target. Pass --model to check yours."
+        )
+    suspects = found.suspects
+    files = len({s.finding.file for s in suspects})
+    covered = sum(1 for s in suspects if s.covered_by)
+    label = "blockers under --strict" if found.strict else "heuristic, not blockers"
+    typer.echo(
+        f"\nSuspects ({label}): {len(suspects)} capability gates in {files} files"
+        + (f", {covered} covered by a pending patch" if covered else "")
+    )
+    for suspect in suspects:
+        f = suspect.finding
+        cover = f"  [covered by {suspect.covered_by}]" if suspect.covered_by else ""
+        typer.echo(f"  {f.file}:{f.line}: {f.code}{cover}")
+        if f.kind == "shares":
+            typer.echo(f"      shares: 12 gets {f.gets}, as 10 does")
+        else:
+            typer.echo(f"      {f.kind}: 12 gets {f.gets}; 10 gets {f.like}")
+    if found.refusals:
+        typer.echo(
+            f"\nNot listed: {len(found.refusals)} places that refuse capability 12 with an error "
+            "by design (--json lists them)."
         )
 
 

@@ -14,7 +14,7 @@ class ExitCode(IntEnum):
     USAGE = 2  # the command line is wrong
     TARGET = 3  # the target is missing, not SGLang, or not in the shape a patch needs
     LEDGER = 4  # the ledger is unusable
-    GAPS = 5  # `doctor` found gaps that remain
+    GAPS = 5  # `doctor`: blockers remain (not ready)
     BUG = 70  # an unexpected error in sglpatch itself (EX_SOFTWARE); details in the log
     INTERRUPTED = 130
     BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a reader that went away

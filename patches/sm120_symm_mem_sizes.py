@@ -6,6 +6,13 @@ RTX 5090, GB10) report 12. Through 0.5.13 the lookup is a plain subscript and
 `--enable-torch-symm-mem` dies with `KeyError: 12`; from 0.5.14 it is a `.get()` and the
 communicator silently stays disabled. Capability 12 gets the world sizes and buffer sizes of 10.
 
+What it does not do: make symmetric memory fast on capability 12. The communicator needs NVLink
+multicast, and no capability-12 part has NVLink. With the row in place SGLang builds the
+communicator, finds the rendezvous' multicast pointer null, logs "multicast operations are not
+supported", turns the communicator off and all-reduces another way (measured on RTX PRO 6000s
+with torch 2.11: `KeyError: 12` before, that warning after). The patch turns a crash at start-up
+into SGLang's own fallback.
+
 Delete when: an SGLang release ships a row for 12 (none up to 0.5.23 does).
 """
 
@@ -42,7 +49,10 @@ class Sm120SymmMemSizes(Patch):
     """Add capability 12 to the all-reduce max-size table, copying capability 10's row."""
 
     id = "sm120-symm-mem-sizes"
-    description = "symmetric-memory all-reduce sizes for capability 12 (RTX PRO 6000, 5090, GB10)"
+    description = (
+        "symmetric-memory all-reduce sizes for capability 12 (RTX PRO 6000, 5090, GB10); "
+        "without NVLink multicast SGLang then turns the communicator off"
+    )
     symptom = (
         "--enable-torch-symm-mem dies with KeyError: 12 (from 0.5.14: the communicator is "
         "silently disabled)"

@@ -5,6 +5,11 @@ in `_WORLD_SIZES_MULTIMEM`, which knows only 9 and 10, so on capability 12 the l
 `KeyError: 12`. Capability-12 parts have no NVSwitch multicast, so every world size takes the
 two-shot kernel: the row is `12: []`.
 
+`all_reduce()` only runs when the communicator is enabled, which needs NVLink multicast (a
+non-null multicast pointer from the rendezvous). No capability-12 part has NVLink, so there
+SGLang disables the communicator in its constructor and this row is not reached; the patch
+keeps a capability-12 system that does expose multicast from the `KeyError`.
+
 Delete when: the oldest release in use is 0.5.14 or newer. 0.5.14 changed the lookup to
 `.get(capability, ())`, which sends unknown capabilities to two-shot; there this patch reports
 "already upstream" and leaves the file alone.
@@ -55,7 +60,10 @@ class Sm120SymmMemTwoShot(Patch):
 
     id = "sm120-symm-mem-two-shot"
     description = "capability 12 takes the two-shot all-reduce kernel (no NVSwitch multicast)"
-    symptom = "--enable-torch-symm-mem dies with KeyError: 12 in all_reduce()"
+    symptom = (
+        "--enable-torch-symm-mem dies with KeyError: 12 in all_reduce() on GPUs that expose "
+        "NVLink multicast (without it SGLang disables the communicator first)"
+    )
     tested = SpecifierSet(">=0.5.3,<=0.5.23")
     fixed_upstream_in = Version("0.5.14")
 

@@ -36,6 +36,7 @@ class Run:
     enabled: bool
     max_size: int | None
     kernel: str | None  # "multimem", "two_shot" or None when all_reduce declined
+    rendezvous: bool = False  # the buffer was allocated and exchanged (the communicator built)
 
 
 class _Envs:
@@ -47,7 +48,7 @@ class _Envs:
 
 @contextmanager
 def _stand_ins(
-    source: bytes, sizes: bytes, capability: int, world_size: int
+    source: bytes, sizes: bytes, capability: int, world_size: int, multicast: bool
 ) -> Iterator[mock.MagicMock]:
     """Fake every module the communicator imports; the size table is the real (patched) one."""
     torch = mock.MagicMock(name="torch")
@@ -55,7 +56,9 @@ def _stand_ins(
     torch.distributed.get_world_size.return_value = world_size
     torch.bfloat16.itemsize = 2
     symm = torch.distributed._symmetric_memory
-    symm.rendezvous.return_value.multicast_ptr = 1  # pretend the rendezvous succeeds
+    # Without NVLink multicast (every capability-12 part) the rendezvous hands back a null
+    # multicast pointer; with it (NVSwitch systems such as B200), a real address.
+    symm.rendezvous.return_value.multicast_ptr = 0x7F0000000000 if multicast else 0
     fakes: dict[str, Any] = {}
     for node in ast.walk(ast.parse(source)):
         names = (
@@ -91,18 +94,25 @@ def _stand_ins(
 
 
 def communicator_run(
-    source: bytes, sizes: bytes, class_name: str, capability: int, world_size: int
+    source: bytes,
+    sizes: bytes,
+    class_name: str,
+    capability: int,
+    world_size: int,
+    multicast: bool = True,
 ) -> Run:
     """Build the communicator on a stand-in device and all-reduce one small bf16 tensor.
 
-    Raises what the real code raises, e.g. `KeyError: 12` from an unpatched table.
+    `multicast` is whether the GPUs share NVLink multicast memory. Raises what the real code
+    raises, e.g. `KeyError: 12` from an unpatched table.
     """
-    with _stand_ins(source, sizes, capability, world_size) as torch:
+    with _stand_ins(source, sizes, capability, world_size, multicast) as torch:
         module = types.ModuleType("communicator_under_test")
         exec(compile(source, "communicator.py", "exec"), module.__dict__)
         communicator = getattr(module, class_name)(group=mock.MagicMock(), device=0)
+        built = torch.distributed._symmetric_memory.rendezvous.called
         if communicator.disabled:
-            return Run(False, getattr(communicator, "max_size", None), None)
+            return Run(False, getattr(communicator, "max_size", None), None, built)
         tensor = mock.MagicMock(name="tensor")
         tensor.dtype = communicator.dtype
         tensor.device = communicator.device
@@ -111,7 +121,7 @@ def communicator_run(
         communicator.all_reduce(tensor)
         kernels = torch.ops.symm_mem
         used = [k for k in ("multimem", "two_shot") if getattr(kernels, f"{k}_all_reduce_").called]
-        return Run(True, communicator.max_size, used[0] if used else None)
+        return Run(True, communicator.max_size, used[0] if used else None, built)
 
 
 def model_methods(source: bytes, class_name: str, names: typing.Iterable[str]) -> type:

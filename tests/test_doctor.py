@@ -1,4 +1,9 @@
-"""doctor on the real wheels: what it derives, what it finds, and that apply clears it."""
+"""doctor on the real wheels: the verdict before and after apply, the gates it finds and the ones
+it must not report, the EAGLE-3 census; then the scanner's rules on small written examples.
+
+Nothing here counts the catalogue's patches: other patches arrive over time, so the tests say
+"every blocker is fixed by apply" and "after apply: ready", not "3 blockers".
+"""
 
 from __future__ import annotations
 
@@ -6,100 +11,268 @@ import json
 import shutil
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.version import Version
 from typer.testing import CliRunner
 
-from sglpatch import api, capability_gaps, catalogue, doctor
+from sglpatch import api, catalogue, cli
 from sglpatch.cli import app
+from sglpatch.doctor import coverage, devices, scanner
+from sglpatch.doctor.source_tree import Source
 from sglpatch.errors import ExitCode
-from sglpatch.source_tree import Source
+from sglpatch.results import Applied
 from tests import wheels
 
 KIMI = "KimiK25ForConditionalGeneration"
-TABLES = {
-    "sglang/srt/distributed/device_communicators/all_reduce_utils.py": "sm120-symm-mem-sizes",
-    "sglang/srt/distributed/device_communicators/torch_symm_mem.py": "sm120-symm-mem-two-shot",
-}
+KIMI_PATCH = "kimi-k25-eagle3-interface"
 
 
-@pytest.fixture(scope="module")
-def tree_059(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return wheels.full_tree("0.5.9", tmp_path_factory.mktemp("doctor") / "site")
+@pytest.fixture(scope="session")
+def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Whole releases, extracted once per session (4,700 files each for the newest)."""
+    folder = tmp_path_factory.mktemp("doctor-trees")
+    return {r: wheels.full_tree(r, folder / r) for r in ("0.5.9", "0.5.10", "0.5.23")}
 
 
-def run_doctor(runner: CliRunner, site: Path, *args: str) -> tuple[int, dict[str, object]]:
-    result = runner.invoke(app, ["doctor", "--target", str(site), "--json", *args])
+@pytest.fixture(scope="session")
+def applied(trees: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The same releases after `sglpatch apply` (with its own ledger)."""
+    folder = tmp_path_factory.mktemp("doctor-applied")
+    done = {}
+    for release, tree in trees.items():
+        site = folder / release
+        shutil.copytree(tree, site)
+        api.apply(site, None, folder / f"ledger-{release}")
+        done[release] = site
+    return done
+
+
+def run_doctor(site: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    result = CliRunner().invoke(app, ["doctor", "--target", str(site), "--json", *args])
+    assert result.exit_code in (0, ExitCode.GAPS), result.output
     return result.exit_code, json.loads(result.stdout)
 
 
+def pending_patches(site: Path, ledger: Path) -> set[str]:
+    """The capability-12 patches `apply --dry-run` says it would apply (patches to models
+    modules concern one model: left out)."""
+    report = api.apply(site, None, ledger, dry_run=True)
+    return {
+        o.patch_id
+        for o in report.outcomes
+        if isinstance(o, Applied) and not o.file.startswith("sglang/srt/models/")
+    }
+
+
+def finding_at(report: dict[str, Any], file: str, code: str) -> list[dict[str, Any]]:
+    """Suspects and refusals in `file` whose deciding line holds `code`."""
+    return [
+        f
+        for f in report["suspects"] + report["refusals"]
+        if f["file"] == file and code in f["code"]
+    ]
+
+
+# --- the verdict on real releases ----------------------------------------------------------
+
+
 @pytest.mark.wheel
-def test_0_5_9_kimi_lacks_the_interface_and_the_tables_lack_12(
-    runner: CliRunner, tree_059: Path
+def test_0_5_9_kimi_has_blockers_all_fixed_by_apply(trees: dict[str, Path], tmp_path: Path) -> None:
+    code, report = run_doctor(trees["0.5.9"], "--model", KIMI)
+    assert code == ExitCode.GAPS and not report["ready"]
+    assert report["verdict"].startswith(f"capability 12 + EAGLE-3 on {KIMI} (SGLang 0.5.9): ")
+    assert report["verdict"].endswith("fixed by `sglpatch apply`")
+    blockers = report["blockers"]
+    assert blockers and all(b["fixed_by"] for b in blockers)
+    # Kimi's missing EAGLE-3 methods are one blocker, fixed by the patch that adds them.
+    (kimi,) = [b for b in blockers if b["source"] == KIMI]
+    assert "get_embed_and_head" in kimi["what"] and kimi["fixed_by"] == KIMI_PATCH
+    # Every catalogue patch with work on 0.5.9 is a blocker, with its declared symptom.
+    catalog = {p.id: p for p in catalogue.load()}
+    sources = {b["source"] for b in blockers} - {KIMI}
+    assert sources == pending_patches(trees["0.5.9"], tmp_path / "ledger")
+    assert {"sm120-symm-mem-sizes", "sm120-symm-mem-two-shot"} <= sources
+    assert all(b["what"] == catalog[b["source"]].symptom for b in blockers if b["source"] != KIMI)
+
+
+@pytest.mark.wheel
+def test_0_5_9_kimi_is_ready_after_apply(applied: dict[str, Path]) -> None:
+    result = CliRunner().invoke(app, ["doctor", "--target", str(applied["0.5.9"]), "--model", KIMI])
+    assert result.exit_code == 0, result.stdout
+    first = result.stdout.splitlines()[0]
+    assert first == f"capability 12 + EAGLE-3 on {KIMI} (SGLang 0.5.9): ready"
+    assert "has them all" in result.stdout
+
+
+@pytest.mark.wheel
+@pytest.mark.parametrize("release", ["0.5.10", "0.5.23"])
+def test_later_releases_kimi_has_its_methods_and_apply_clears_the_rest(
+    release: str, trees: dict[str, Path], applied: dict[str, Path], tmp_path: Path
 ) -> None:
-    code, report = run_doctor(runner, tree_059)
-    assert code == ExitCode.GAPS
-    assert report["release"] == "0.5.9"
-    eagle3 = report["eagle3"]
+    code, before = run_doctor(trees[release], "--model", "kimi_k25")
+    assert before["model"] == KIMI
+    assert before["eagle3"]["models"][KIMI]["missing"] == []  # upstream since 0.5.10
+    pending = pending_patches(trees[release], tmp_path / "ledger")
+    assert {b["source"] for b in before["blockers"]} == pending
+    assert all(b["fixed_by"] for b in before["blockers"])
+    assert (code == 0) == (not before["blockers"])
+    code, after = run_doctor(applied[release], "--model", KIMI)
+    assert code == 0 and after["ready"] and after["blockers"] == []
+    assert after["verdict"] == f"capability 12 + EAGLE-3 on {KIMI} (SGLang {release}): ready"
+
+
+@pytest.mark.wheel
+def test_strict_makes_suspects_blockers(applied: dict[str, Path]) -> None:
+    code, report = run_doctor(applied["0.5.9"], "--model", KIMI, "--strict")
+    assert code == ExitCode.GAPS and report["strict"]
+    assert len(report["blockers"]) == len(report["suspects"]) > 0
+
+
+# --- what the scanner finds on 0.5.9 (the issue's list) ----------------------------------------
+
+
+@pytest.fixture(scope="session")
+def report_059(trees: dict[str, Path]) -> dict[str, Any]:
+    return run_doctor(trees["0.5.9"])[1]
+
+
+@pytest.mark.wheel
+@pytest.mark.parametrize(
+    ("file", "code"),
+    [
+        # FA4's cute interface supports 9/10/11 by design: refusals only, never a suspect.
+        ("sglang/jit_kernel/flash_attention/cute/interface.py", ""),
+        # FA3 refuses 10 and 12 alike and points to flashinfer.
+        ("sglang/srt/layers/attention/attention_registry.py", "get_device_capability()[0] == 9"),
+        # 10 and 12 both get triton.
+        ("sglang/srt/layers/attention/vision.py", "if major == 9:"),
+        # the quantization check allows 12 two lines later.
+        ("sglang/multimodal_gen/configs/quantization.py", ""),
+        # 10 and 12 are rejected alike.
+        ("sglang/srt/multiplex/pdmux_context.py", ""),
+    ],
+)
+def test_0_5_9_false_positives_are_gone(report_059: dict[str, Any], file: str, code: str) -> None:
+    assert (Path(report_059["target"]) / file).is_file()
+    suspects = [s for s in report_059["suspects"] if s["file"] == file and code in s["code"]]
+    assert suspects == []
+
+
+@pytest.mark.wheel
+@pytest.mark.parametrize(
+    ("file", "code", "kind", "gets"),
+    [
+        # DeepGEMM is on for 12: it passes `sm_version < 90` like 9 and 10.
+        ("sglang/srt/layers/deep_gemm_wrapper/configurer.py", "sm_version < 90", "shares", "skips"),
+        (
+            "sglang/srt/layers/deep_gemm_wrapper/configurer.py",
+            "is_blackwell_supported()",
+            "shares",
+            "True",
+        ),
+        # the FP8 block-GEMM backend picks flashinfer's Blackwell kernels for 12.
+        (
+            "sglang/srt/layers/quantization/fp8_utils.py",
+            "if is_blackwell_supported() and is_flashinfer_available():",
+            "shares",
+            "gemm_fp8_nt_groupwise",
+        ),
+        # gpt-oss: MXFP4 MoE backend flashinfer_mxfp4 on every Blackwell.
+        (
+            "sglang/srt/server_args.py",
+            "is_blackwell_supported() and is_mxfp4_quant_format",
+            "shares",
+            "flashinfer_mxfp4",
+        ),
+        # Olmo: not SM100, so `get_device_sm() >= 80` sends 12 to fa3.
+        ("sglang/srt/server_args.py", "is_cuda() and is_sm100_supported()", "excludes", '"fa3"'),
+        # the hybrid-GDN backend assert applies to every Blackwell.
+        (
+            "sglang/srt/layers/attention/attention_registry.py",
+            "if is_blackwell():",
+            "shares",
+            "assert",
+        ),
+    ],
+)
+def test_0_5_9_helper_gates_are_found(
+    report_059: dict[str, Any], file: str, code: str, kind: str, gets: str
+) -> None:
+    found = [s for s in report_059["suspects"] if s["file"] == file and code in s["code"]]
+    assert found, f"no suspect at {file}: {code}"
+    assert any(s["kind"] == kind and gets in s["gets"] for s in found), found
+
+
+@pytest.mark.wheel
+def test_0_5_9_a_patch_covers_only_the_gate_it_changes(report_059: dict[str, Any]) -> None:
+    suspects = report_059["suspects"]
+    tables = {s["file"]: s["covered_by"] for s in suspects if s["kind"] == "table"}
+    communicators = "sglang/srt/distributed/device_communicators"
+    assert tables[f"{communicators}/all_reduce_utils.py"] == "sm120-symm-mem-sizes"
+    assert tables[f"{communicators}/torch_symm_mem.py"] == "sm120-symm-mem-two-shot"
+    # The two-shot patch edits torch_symm_mem.py, but not its `device_capability < 9` gate.
+    (gate,) = [
+        s
+        for s in suspects
+        if s["file"] == f"{communicators}/torch_symm_mem.py" and s["kind"] != "table"
+    ]
+    assert "device_capability < 9" in gate["code"] and gate["covered_by"] is None
+
+
+@pytest.mark.wheel
+def test_0_5_9_eagle3_census_counts_generation_models_only(report_059: dict[str, Any]) -> None:
+    eagle3 = report_059["eagle3"]
     assert eagle3["required"] == ["get_embed_and_head", "set_eagle3_layers_to_capture"]
-    assert any(
-        "speculative/eagle_worker.py" in place
-        for place in eagle3["called_at"]["get_embed_and_head"]
-    )
-    models = eagle3["models"]
+    models, excluded = eagle3["models"], eagle3["excluded"]
+    for name in ("BertModel", "CLIPModel", "Qwen2ForRewardModel", "LlamaEmbeddingModel"):
+        assert name in excluded and name not in models
+    assert "DeepseekV3ForCausalLMNextN" in excluded  # a draft model
+    assert "LlamaForCausalLMEagle3" in excluded
+    assert models["LlamaForCausalLM"]["missing"] == []
+    assert models["DeepseekV3ForCausalLM"]["missing"] == []  # through DeepseekV2ForCausalLM
     assert models[KIMI] == {
         "module": "sglang/srt/models/kimi_k25.py",
         "missing": ["get_embed_and_head", "set_eagle3_layers_to_capture"],
-        "fixed_by": "kimi-k25-eagle3-interface",
+        "fixed_by": KIMI_PATCH,
     }
-    assert models["DeepseekV3ForCausalLM"]["missing"] == []  # through DeepseekV2ForCausalLM
-    tables = {g["file"]: g for g in report["capability_gaps"] if g["kind"] == "table"}
-    for file, patch_id in TABLES.items():
-        assert tables[file]["covered_by"] == patch_id
-    gates = [g for g in report["capability_gaps"] if g["kind"] == "gate"]
-    # The doctor credits a gap to the patch that edits its file, whatever the line: the FA3
-    # gate in attention_registry.py is credited to the hybrid-GDN patch, which edits that file.
-    edited = {
-        f"sglang/{path}": p.id
-        for p in catalogue.load()
-        if (path := p.target_file(Version("0.5.9"))) and not p.fixed_upstream(Version("0.5.9"))
-    }
-    assert gates and all(g["covered_by"] == edited.get(g["file"]) for g in gates)
-    assert any(g["covered_by"] is None for g in gates)
-    assert all(isinstance(g["line"], int) and g["code"] for g in report["capability_gaps"])
+    assert report_059["blockers"] and KIMI not in {b["source"] for b in report_059["blockers"]}
 
 
 @pytest.mark.wheel
-def test_after_apply_those_gaps_are_gone(runner: CliRunner, tree_059: Path, tmp_path: Path) -> None:
+def test_model_by_architecture_stem_or_checkpoint(trees: dict[str, Path], tmp_path: Path) -> None:
+    checkpoint = tmp_path / "Kimi-K2.5"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(json.dumps({"architectures": [KIMI]}))
+    site = trees["0.5.9"]
+    by_name = run_doctor(site, "--model", KIMI)[1]
+    by_stem = run_doctor(site, "--model", "kimi_k25")[1]
+    by_path = run_doctor(site, "--model-path", str(checkpoint))[1]
+    assert by_name["model"] == by_stem["model"] == by_path["model"] == KIMI
+    assert by_name["blockers"] == by_stem["blockers"] == by_path["blockers"]
+
+
+@pytest.mark.wheel
+def test_a_near_miss_suggests_model_files_and_classes(trees: dict[str, Path]) -> None:
+    result = CliRunner().invoke(app, ["doctor", "-t", str(trees["0.5.9"]), "--model", "kimi-k2.5"])
+    assert result.exit_code == ExitCode.USAGE
+    assert "did you mean" in result.stderr
+    assert "kimi_k25" in result.stderr and KIMI in result.stderr
+
+
+@pytest.mark.wheel
+def test_a_new_call_in_the_worker_is_a_new_requirement(
+    trees: dict[str, Path], tmp_path: Path
+) -> None:
     site = tmp_path / "site"
-    shutil.copytree(tree_059, site)
-    assert runner.invoke(app, ["apply", "--target", str(site)]).exit_code == 0
-    _, report = run_doctor(runner, site)
-    assert report["eagle3"]["models"][KIMI]["missing"] == []
-    assert not {g["file"] for g in report["capability_gaps"]} & set(TABLES)
-    _, narrowed = run_doctor(runner, site, "--model", "kimi_k25")
-    assert list(narrowed["eagle3"]["models"]) == [KIMI]
-
-
-@pytest.mark.wheel
-def test_0_5_10_kimi_is_complete(tmp_path: Path) -> None:
-    site = wheels.full_tree("0.5.10", tmp_path / "site")
-    report = api.diagnose(site, "kimi_k25")
-    (kimi,) = report.diagnosis.models
-    assert kimi.name == KIMI and kimi.missing == () and kimi.fixed_by is None
-
-
-@pytest.mark.wheel
-def test_a_new_call_in_the_worker_is_a_new_requirement(tree_059: Path, tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    shutil.copytree(tree_059, site)
+    shutil.copytree(trees["0.5.9"], site)
     worker = site / "sglang" / "srt" / "speculative" / "eagle_worker.py"
-    source = worker.read_text()
+    text = worker.read_text()
     anchor = "        embed, head = self.target_worker.model_runner.model.get_embed_and_head()\n"
-    assert anchor in source
+    assert anchor in text
     worker.write_text(
-        source.replace(
+        text.replace(
             anchor,
             anchor
             + "        self.target_worker.model_runner.model.get_draft_vocab_map()\n"
@@ -110,46 +283,12 @@ def test_a_new_call_in_the_worker_is_a_new_requirement(tree_059: Path, tmp_path:
     found = api.diagnose(site, "kimi_k25").diagnosis
     assert "get_draft_vocab_map" in found.required
     assert "optional_hook" not in found.required  # guarded by hasattr: not required
-    assert "get_draft_vocab_map" in found.models[0].missing
+    assert found.model is not None and "get_draft_vocab_map" in found.model.missing
     deepseek = api.diagnose(site, "deepseek_v2").diagnosis
     assert all("get_draft_vocab_map" in m.missing for m in deepseek.models)
 
 
-def test_an_unknown_model_module_is_a_usage_error(runner: CliRunner, tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    (site / "sglang" / "srt" / "models").mkdir(parents=True)
-    (site / "sglang" / "__init__.py").write_text("")
-    result = runner.invoke(app, ["doctor", "--target", str(site), "--model", "nope"])
-    assert result.exit_code == ExitCode.USAGE and "nope" in result.stderr
-
-
-def test_a_healthy_tree_exits_zero(runner: CliRunner, tmp_path: Path) -> None:
-    package = tmp_path / "site" / "sglang"
-    write(package / "__init__.py", "")
-    write(
-        package / "srt" / "speculative" / "eagle_worker.py",
-        """
-        class EAGLEWorker:
-            def init(self):
-                embed, head = self.target_worker.model_runner.model.get_embed_and_head()
-    """,
-    )
-    write(
-        package / "srt" / "models" / "tiny.py",
-        """
-        class Base:
-            def get_embed_and_head(self):
-                return 1, 2
-
-        class Tiny(Base):
-            pass
-
-        EntryClass = Tiny
-    """,
-    )
-    result = runner.invoke(app, ["doctor", "--target", str(tmp_path / "site")])
-    assert result.exit_code == 0, result.stdout
-    assert "Nothing: no gaps found." in result.stdout
+# --- small trees written here ---------------------------------------------------------------
 
 
 def write(path: Path, text: str) -> None:
@@ -157,40 +296,187 @@ def write(path: Path, text: str) -> None:
     path.write_text(textwrap.dedent(text))
 
 
+def tiny_tree(root: Path, with_method: bool) -> Path:
+    package = root / "site" / "sglang"
+    write(package / "__init__.py", "")
+    write(
+        package / "srt" / "speculative" / "eagle_worker.py",
+        """
+        class EAGLEWorker:
+            def init(self):
+                embed, head = self.target_worker.model_runner.model.get_embed_and_head()
+        """,
+    )
+    method = "def get_embed_and_head(self):\n        return 1, 2" if with_method else "pass"
+    write(
+        package / "srt" / "models" / "tiny.py",
+        f"""
+class Base:
+    {method}
+
+class Tiny(Base):
+    def __init__(self):
+        self.logits_processor = object()
+
+class TinyEmbedding(Base):
+    def __init__(self):
+        self.pooler = object()
+
+EntryClass = [Tiny, TinyEmbedding]
+""",
+    )
+    return root / "site"
+
+
+def test_a_ready_tree_exits_zero_and_says_ready(runner: CliRunner, tmp_path: Path) -> None:
+    site = tiny_tree(tmp_path, with_method=True)
+    result = runner.invoke(app, ["doctor", "--target", str(site), "--model", "Tiny"])
+    assert result.exit_code == 0, result.stdout
+    assert result.stdout.splitlines()[0].endswith(": ready")
+    assert result.stderr == ""  # no progress when stderr is not a terminal
+
+
+def test_a_missing_method_blocks_and_exits_5(runner: CliRunner, tmp_path: Path) -> None:
+    site = tiny_tree(tmp_path, with_method=False)
+    result = runner.invoke(app, ["doctor", "--target", str(site), "--model", "tiny"])
+    assert result.exit_code == ExitCode.GAPS
+    assert "1 blocker, none fixed by `sglpatch apply`" in result.stdout.splitlines()[0]
+    assert "Tiny lacks get_embed_and_head" in result.stdout
+    census = api.diagnose(site).diagnosis
+    assert [m.name for m in census.models] == ["Tiny"]  # the pooling class is no target
+    assert census.ready  # without --model only known capability-12 breakage blocks
+
+
+def test_progress_goes_to_a_terminal_stderr_only(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tiny_tree(tmp_path, with_method=True)
+    monkeypatch.setattr(cli, "_stderr_is_terminal", lambda: True)
+    result = runner.invoke(app, ["doctor", "--target", str(site), "--json"])
+    assert "doctor: scanning capability gates" in result.stderr
+    assert json.loads(result.stdout)["ready"] is True
+
+
+def test_an_unknown_model_is_a_usage_error(runner: CliRunner, tmp_path: Path) -> None:
+    site = tiny_tree(tmp_path, with_method=True)
+    result = runner.invoke(app, ["doctor", "--target", str(site), "--model", "nope"])
+    assert result.exit_code == ExitCode.USAGE and "nope" in result.stderr
+
+
+def test_model_path_without_config_is_a_usage_error(runner: CliRunner, tmp_path: Path) -> None:
+    site = tiny_tree(tmp_path, with_method=True)
+    result = runner.invoke(app, ["doctor", "-t", str(site), "--model-path", str(tmp_path)])
+    assert result.exit_code == ExitCode.USAGE and "config.json" in result.stderr
+
+
+HELPERS = devices.KNOWN_HELPERS
+IMPORTS = "from sglang.srt.utils import get_device_sm, is_blackwell, is_sm100_supported, is_sm120_supported\nimport torch\n"
+
+
 @pytest.mark.parametrize(
-    ("code", "kind"),
+    ("code", "kind", "gets"),
     [
-        ("if torch.cuda.get_device_capability()[0] == 10:\n    pass\n", "gate"),
-        ("ok = self.device_capability != 9\n", "gate"),
-        ("ok = compute_capability in (9, 10)\n", "gate"),
-        ("ok = get_device_capability()[0] not in (\n    9,\n    10,\n)\n", "gate"),
-        ("ok = torch.cuda.get_device_capability() == (9, 0)\n", "gate"),
-        ("ok = major == 10\n", "gate"),
-        ("SIZES = {9: 1, 10: 2}\nx = SIZES[capability]\n", "table"),
-        ("ok = compute_capability >= 9\n", None),  # admits 12
-        ("ok = compute_capability in (9, 10, 12)\n", None),
-        ("ok = CUDA_CAPABILITY[1] == 9\n", None),  # a minor version
-        ("SIZES = {9: 1, 10: 2, 12: 3}\n", None),
-        ("SIZES = {9: 1, 10: 2}\nx = SIZES.get(capability, 0)\n", None),  # tolerant lookup
-        ("WORLD = {2: 1, 4: 2, 8: 3}\n", None),  # world sizes, not majors
+        # taken apart from 10
+        (
+            "if torch.cuda.get_device_capability()[0] == 10:\n    a = 1\nelse:\n    a = 2\n",
+            "excludes",
+            "a = 2",
+        ),
+        (
+            "if is_sm100_supported():\n    b = 'trtllm'\nelse:\n    b = 'triton'\n",
+            "excludes",
+            "'triton'",
+        ),
+        ("ok = major in (9, 10)\n", "excludes", "False"),
+        ("x = 'fa' if get_device_sm() == 100 else 'tr'\n", "excludes", "'tr'"),
+        (
+            "_on = is_sm100_supported()\ndef f():\n    if _on:\n        return 1\n    return 2\n",
+            "excludes",
+            "skips",
+        ),
+        # grouped with 9/10 by a range or a family helper
+        (
+            "def f():\n    sm = get_device_sm()\n    if sm < 90:\n        return False\n    return True\n",
+            "shares",
+            "skips",
+        ),
+        ("if is_blackwell():\n    use = 'deep_gemm'\n", "shares", "deep_gemm"),
+        ("ok = torch.cuda.get_device_capability() >= (9, 0)\n", "shares", "True"),
+        # refusals: a clear error on 12
+        ("assert major in (9, 10, 11), 'unsupported'\n", "refusal", "AssertionError"),
+        (
+            "if not is_sm100_supported():\n    raise ValueError('needs SM100')\n",
+            "refusal",
+            "raises",
+        ),
+        # not reported
+        ("if major == 9:\n    a = 'fa3'\nelse:\n    a = 'triton'\n", None, ""),  # 10 and 12 alike
+        ("if major == 8:\n    a = 1\nelse:\n    a = 2\n", None, ""),  # an Ampere special case
+        ("if major == 10 or major == 12:\n    a = 1\n", None, ""),  # names 12 in the chain
+        (
+            "def f():\n    if is_sm120_supported():\n        return 3\n    if is_sm100_supported():\n        return 1\n    return 2\n",
+            None,
+            "",
+        ),  # in the function
+        ("if torch.version.hip:\n    pass\nelif False:\n    pass\n", None, ""),
+        ("if _is_hip:\n    if major == 10:\n        a = 1\n", None, ""),  # never on NVIDIA
+        ("ok = get_device_sm() >= 80\n", None, ""),  # Ampere too: no SM90/SM100 path
+        ("v = torch_version.major >= 2\n", None, ""),  # a library's version
+        ("ok = CUDA_CAPABILITY[1] == 9\n", None, ""),  # a minor version
+        (
+            "def f():\n    assert major in (9, 10), 'x'\n    if major == 10:\n        return 1\n",
+            "refusal",
+            "AssertionError",
+        ),  # the rest is unreachable
     ],
 )
-def test_capability_gap_shapes(tmp_path: Path, code: str, kind: str | None) -> None:
-    package = tmp_path / "sglang"
-    write(package / "mod.py", "# the device's capability\n" + code)
-    gaps = capability_gaps.find(Source(package))
-    assert [g[2] for g in gaps] == ([kind] if kind else [])
+def test_gate_rules(code: str, kind: str | None, gets: str) -> None:
+    found = scanner.scan_bytes((IMPORTS + code).encode(), "sglang/mod.py", HELPERS)
+    assert [f.kind for f in found] == ([kind] if kind else []), found
     if kind:
-        assert gaps[0][0] == "sglang/mod.py" and gaps[0][1] >= 2
+        assert gets in found[0].gets and found[0].line > IMPORTS.count("\n")
 
 
-def test_covered_by_names_the_patch_for_that_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("code", "gets"),
+    [
+        ("SIZES = {9: 1, 10: 2}\nx = SIZES[capability]\n", "KeyError: 12"),
+        ("SIZES = {9: 1, 10: 2, 12: 3}\nx = SIZES[capability]\n", None),
+        ("SIZES = {9: 1, 10: 2}\nx = SIZES.get(capability, 0)\n", None),  # tolerant lookup
+        ("WORLD = {2: 1, 4: 2, 8: 3}\nx = WORLD[n]\n", None),  # world sizes, not majors
+    ],
+)
+def test_table_rules(code: str, gets: str | None) -> None:
+    found = scanner.scan_bytes(code.encode(), "sglang/mod.py", HELPERS)
+    assert [f.gets for f in found] == ([gets] if gets else [])
+
+
+def test_helpers_are_read_from_the_targets_own_definition(tmp_path: Path) -> None:
+    """A release that redefines a helper (here: is_blackwell without 12) is taken at its word."""
+    write(
+        tmp_path / "sglang" / "srt" / "utils" / "common.py",
+        """
+        is_blackwell = lru_cache(maxsize=1)(
+            partial(_check_cuda_device_version, device_capability_majors=[10, 11], cuda_version=(12, 8))
+        )
+        """,
+    )
+    helpers = devices.helpers_of(Source(tmp_path / "sglang"))
+    assert helpers["is_blackwell"] == {10, 11}
+    found = scanner.scan_bytes(b"if is_blackwell():\n    a = 1\n", "sglang/m.py", helpers)
+    assert [f.kind for f in found] == ["excludes"]
+
+
+def test_a_patch_covers_the_finding_its_change_removes(tmp_path: Path) -> None:
     package = tmp_path / "sglang"
     write(
         package / "srt/distributed/device_communicators/all_reduce_utils.py",
-        "T = {9: 1, 10: 2}\nT[x]\n",
+        "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {9: {2: 1}, 10: {2: 2}}\n",
     )
-    found = doctor.diagnose(package, Version("0.5.9"), catalogue.load())
-    assert [(g.kind, g.covered_by) for g in found.gaps] == [("table", "sm120-symm-mem-sizes")]
-    upstream = doctor.diagnose(package, Version("0.5.30"), catalogue.load())
-    assert upstream.gaps[0].covered_by == "sm120-symm-mem-sizes"
+    version = Version("0.5.9")
+    checks = coverage.check(package, version, catalogue.load())
+    findings = scanner.scan(Source(package), HELPERS)
+    covered = coverage.covered_by(
+        findings, checks, lambda data, shown: scanner.scan_bytes(data, shown, HELPERS)
+    )
+    assert [(f.kind, covered.get(f)) for f in findings] == [("table", "sm120-symm-mem-sizes")]

@@ -91,3 +91,38 @@ def test_from_0_5_12_upstream_already_routes_unknown_capabilities_to_two_shot() 
     assert communicator == wheels.member("0.5.14", COMMUNICATOR)  # untouched
     run = proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 12, 8)
     assert run.enabled and run.kernel == "two_shot"
+
+
+# Capability-12 parts have no NVLink, so no multicast: the rendezvous returns multicast_ptr 0.
+
+
+def test_without_multicast_unpatched_0_5_9_dies_with_keyerror_12() -> None:
+    sizes = wheels.member("0.5.9", SIZES)
+    communicator = wheels.member("0.5.9", COMMUNICATOR)
+    with pytest.raises(KeyError) as raised:
+        proofs.communicator_run(
+            communicator, sizes, "TorchSymmMemCommunicator", 12, 8, multicast=False
+        )
+    assert raised.value.args == (12,)
+
+
+def test_without_multicast_patched_0_5_9_builds_the_communicator_then_disables_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    communicator, sizes = _patched("0.5.9")
+    with caplog.at_level("WARNING"):
+        run = proofs.communicator_run(
+            communicator, sizes, "TorchSymmMemCommunicator", 12, 8, multicast=False
+        )
+    assert run.rendezvous  # the buffer was allocated and exchanged: no KeyError on the way
+    assert not run.enabled and run.kernel is None
+    assert run.max_size == 128 * MiB
+    assert "multicast operations are not supported" in caplog.text
+
+
+def test_with_multicast_patched_0_5_9_is_enabled_and_uses_two_shot() -> None:
+    communicator, sizes = _patched("0.5.9")
+    run = proofs.communicator_run(
+        communicator, sizes, "TorchSymmMemCommunicator", 12, 8, multicast=True
+    )
+    assert run.rendezvous and run.enabled and run.kernel == "two_shot"

@@ -1,15 +1,11 @@
-"""Reading an SGLang tree's source without importing it: files, ASTs and parallel scans."""
+"""Reading an SGLang tree's source without importing it: files, ASTs, walks over chosen lines."""
 
 from __future__ import annotations
 
 import ast
 import bisect
-import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
-
-T = TypeVar("T")
 
 
 class Source:
@@ -95,19 +91,3 @@ def walk_with_ancestors(
         ancestors.pop()
 
     yield from visit(tree)
-
-
-def parallel(
-    work: Callable[[tuple[Path, str]], tuple[Path, T]], paths: Sequence[Path], source: Source
-) -> list[tuple[Path, T]]:
-    """Parse on every core: ast.parse of a few hundred modules is most of doctor's time."""
-    jobs = [(path, source.dotted(path)) for path in paths]
-    workers = min(os.cpu_count() or 1, 8)
-    if workers < 2 or len(jobs) < 16:
-        return [work(job) for job in jobs]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        return list(pool.map(work, jobs, chunksize=max(len(jobs) // (workers * 4), 1)))

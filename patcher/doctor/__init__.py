@@ -1,0 +1,14 @@
+"""`sglpatch doctor`: read an SGLang tree's own source (never import it) and answer whether it runs
+on capability-12 GPUs, with EAGLE-3 on a given model.
+
+- `scanner` (over `devices`): capability gates and what capability 12 gets at each (suspects);
+- `eagle3`: the methods EAGLE-3 calls on the target model, and which generation models lack them;
+- `coverage`: the catalogue run in memory, which patches still have work and what they cover;
+- `verdict`: blockers, suspects, and the one-line answer.
+"""
+
+from __future__ import annotations
+
+from sglpatch.doctor.verdict import Blocker, Diagnosis, ModelReport, Suspect, diagnose
+
+__all__ = ["Blocker", "Diagnosis", "ModelReport", "Suspect", "diagnose"]

@@ -1,0 +1,127 @@
+"""Which lines of a module can hold a capability gate, found from its bytes before parsing.
+
+A line holds a capability word (`get_device_capability`, `is_sm100_supported`, `is_blackwell`,
+`get_device_sm`, a name with "capability" or `major`) and code that can decide something (a
+comparison, an index, an assignment, a call of a helper); then the lines that use a name such
+a line assigns from the device (`sm = get_device_sm()` ... `if sm < 90`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+
+
+class Starts:
+    """Line numbers of byte offsets, counted on demand: most files need a handful."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def lines(self, offsets: Iterator[int]) -> list[int]:
+        found = []
+        line, previous = 1, 0
+        for offset in sorted(offsets):
+            line += self.data.count(b"\n", previous, offset)
+            previous = offset
+            found.append(line)
+        return found
+
+
+_DEVICE_VALUE = re.compile(r"is_sm\d|blackwell|hopper_with|get_device_sm|apabilit|APABILIT")
+_ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w, ()]*?)\s*=(?!=)")
+
+
+def _lines_of(matches: Iterator[re.Match[bytes]], starts: Starts) -> list[int]:
+    return sorted(set(starts.lines(m.start() for m in matches)))
+
+
+_KEYWORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"get_device_sm", b"hopper_with",
+             b"ampere_with", b"major")  # fmt: skip
+
+
+def keyword_lines(data: bytes, starts: Starts, lines: Sequence[str]) -> list[int]:
+    """Code lines holding a capability word: bytes.find beats one alternation regex by far."""
+    offsets = []
+    for word in _KEYWORDS:
+        index = data.find(word)
+        while index != -1:
+            end = index + len(word)
+            if word == b"major":
+                whole = not (index and _WORD_BYTE.match(data, index - 1)) and not _WORD_BYTE.match(
+                    data, end
+                )
+            elif word == b"is_sm":
+                whole = data[end : end + 1].isdigit()
+            else:
+                whole = True
+            if whole:
+                offsets.append(index)
+            newline = data.find(b"\n", index)
+            if newline == -1:
+                break
+            index = data.find(word, newline)
+    return sorted({n for n in starts.lines(iter(offsets)) if _evaluable(lines[n - 1])})
+
+
+_WORD_BYTE = re.compile(rb"\w")
+_HELPER_WORD = re.compile(
+    r"is_sm\d|blackwell|hopper_with|ampere_with|get_device_sm|get_device_capab"
+)
+_OPERATION = re.compile(r"[<>]|[=!]=|\bin\b|\[\s*[01]\s*\]")
+_NOT_CODE = ("#", "import ", "from ", "def ", "async def ", "class ", "@")
+_LISTED = re.compile(r"[\w.]+,?")  # `get_device_capability,` inside an import list
+_DEVICE_RHS = re.compile(r"is_sm\d|blackwell|hopper_with|get_device_sm|apabilit|APABILIT|\bmajor\b")
+
+
+def _evaluable(line: str) -> bool:
+    """Code that can take part in a gate: a helper call, a comparison or index, or a value
+    made from the device.
+
+    Imports, headers, comments and prose that mentions a major version (a docstring, an error
+    message), and assignments that only name a capability (`_nvmlNvLinkCapability_t = c_uint`)
+    are left unparsed.
+    """
+    stripped = line.strip()
+    if stripped.startswith(_NOT_CODE) or _LISTED.fullmatch(stripped):
+        return False
+    assigned = _ASSIGNED.match(line)
+    if assigned and not _OPERATION.search(line, assigned.end()):
+        return _DEVICE_RHS.search(line, assigned.end()) is not None
+    return _HELPER_WORD.search(line) is not None or _OPERATION.search(line) is not None
+
+
+def _code_lines(
+    matches: Iterator[re.Match[bytes]], starts: Starts, lines: Sequence[str]
+) -> list[int]:
+    """Lines with a match, comments left out."""
+    return [n for n in _lines_of(matches, starts) if not lines[n - 1].lstrip().startswith("#")]
+
+
+def with_aliases(text: str, data: bytes, starts: Starts, lines: list[int]) -> list[int]:
+    """Add the lines that use a name assigned on a candidate line (`sm = get_device_sm()`)."""
+    found = set(lines)
+    done: set[str] = set()
+    source_lines = text.splitlines()
+    new = list(lines)
+    for _ in range(2):
+        names: set[str] = set()
+        for line in new:
+            text_line = source_lines[line - 1] if line <= len(source_lines) else ""
+            match = _ASSIGNED.match(text_line)
+            # Only a value made from the device (`sm = get_device_sm()`) makes an alias.
+            if match and _DEVICE_VALUE.search(text_line, match.end()):
+                names |= {n.strip(" ()") for n in match.group(1).split(",")}
+        # `_` and one-letter names are everywhere: following them would parse whole modules.
+        names = {n for n in names if n.isidentifier() and len(n) > 1} - done
+        if not names:
+            break
+        done |= names
+        pattern = re.compile(
+            rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b"
+        )
+        new = [
+            n for n in _code_lines(pattern.finditer(data), starts, source_lines) if n not in found
+        ]
+        found |= set(new)
+    return sorted(found)

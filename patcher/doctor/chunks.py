@@ -1,0 +1,124 @@
+"""Parse only the parts of a module that hold given lines: the innermost `def` around each, or
+the top-level statement when there is none.
+
+doctor's time goes into `ast.parse`: SGLang's gates sit in a few functions of large modules
+(server_args.py is 200 kB), so parsing the functions that hold them is several times cheaper
+than parsing the modules. Blocks are found by indentation; a block that does not parse on its
+own (a string starting at column 0 inside a function, say) makes the caller parse the whole
+module instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Sequence
+from typing import NamedTuple
+
+_DEF = re.compile(r"(\s*)(?:async\s+)?def\s")
+_STATEMENT_START = re.compile(r"[A-Za-z_@]")
+# Lines at a block's own indentation that still belong to it.
+_CONTINUES = re.compile(r"[)\]}]|(?:else|elif|except|finally)\b")
+
+
+def _indent(line: str) -> int | None:
+    """Leading whitespace, or None for a line that cannot end a block (blank or comment)."""
+    stripped = line.lstrip()
+    if not stripped or stripped.startswith("#"):
+        return None
+    return len(line) - len(stripped)
+
+
+def blocks(lines: Sequence[str], wanted: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(first line, last line, indentation) of the blocks holding `wanted` (1-based lines)."""
+    found: list[tuple[int, int, int]] = []
+    covered_until = 0
+    for line in sorted(wanted):
+        if line <= covered_until or line > len(lines):
+            continue
+        start, indent = _enclosing(lines, line - 1)
+        end = _end(lines, start, indent)
+        found.append((start + 1, end + 1, indent))
+        covered_until = end + 1
+    merged: list[tuple[int, int, int]] = []
+    for start, end, indent in sorted(found):
+        if merged and start <= merged[-1][1]:
+            first, last, outer = merged[-1]
+            if indent < outer or (indent == outer and start < first):
+                merged[-1] = (min(first, start), max(last, end), indent)
+            else:
+                merged[-1] = (first, max(last, end), outer)
+        else:
+            merged.append((start, end, indent))
+    return merged
+
+
+def _enclosing(lines: Sequence[str], index: int) -> tuple[int, int]:
+    """The innermost `def` above line `index` that holds it, else its top-level statement."""
+    current = _indent(lines[index])
+    if current is None:
+        current = 0
+    if _DEF.match(lines[index]) and current == 0:
+        return index, 0
+    for above in range(index, -1, -1):
+        text = lines[above]
+        indent = _indent(text)
+        if indent is None or (above != index and _continues(lines, above)):
+            continue  # `) -> None:` closes a signature: it is no block of its own
+        if indent < current or (above == index and _DEF.match(text)):
+            match = _DEF.match(text)
+            if match:
+                return above, indent
+            current = indent
+        if indent == 0 and _STATEMENT_START.match(text) and not _CONTINUES.match(text):
+            return above, 0
+    return 0, 0
+
+
+def _continues(lines: Sequence[str], index: int) -> bool:
+    """A column-0 line inside a bracket opened above (`)` closing a call) is no start."""
+    return lines[index].lstrip().startswith((")", "]", "}"))
+
+
+def _end(lines: Sequence[str], start: int, indent: int) -> int:
+    """The last line of the block whose header is at `start`."""
+    last = start
+    for index in range(start + 1, len(lines)):
+        text = lines[index]
+        level = _indent(text)
+        if level is None:
+            continue
+        if level <= indent and not (level == indent and _CONTINUES.match(text, level)):
+            break
+        last = index
+    return last
+
+
+class Parsed(NamedTuple):
+    tree: ast.Module
+    lines: list[str]  # the text that was parsed: the blocks, one after another, at column 0
+    real: list[int]  # real[n] is the module's line number of parsed line n (1-based; real[0] = 0)
+
+    def wanted(self, lines: Sequence[int]) -> list[int]:
+        """Module line numbers -> the parsed text's."""
+        index = {line: n for n, line in enumerate(self.real) if n}
+        return [index[line] for line in lines if line in index]
+
+
+def parse(lines: Sequence[str], wanted: Sequence[int]) -> Parsed | None:
+    """The blocks around `wanted`, parsed as one text (one parse per file, no padding)."""
+    text: list[str] = []
+    real = [0]
+    for start, end, indent in blocks(lines, wanted):
+        for index in range(start - 1, end):
+            text.append(_dedent(lines[index], indent))
+            real.append(index + 1)
+    try:
+        return Parsed(ast.parse("\n".join(text)), text, real)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _dedent(text: str, indent: int) -> str:
+    strip = min(indent, len(text) - len(text.lstrip()))
+    return text[strip:]

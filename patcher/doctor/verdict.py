@@ -1,0 +1,203 @@
+"""doctor's answer: will this SGLang run on capability-12 GPUs, with EAGLE-3 on this model?
+
+Blockers are what is known to break: every catalogue patch that still has work on this release
+(each declares the `symptom` a capability-12 user sees without it) and the chosen model's
+missing EAGLE-3 methods. A patch that edits a models module concerns that model only, so it is a
+blocker only when that is the chosen model. The scanner's findings are suspects: listed, counted,
+and blockers only under `strict`. Ready means no blockers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from packaging.version import Version
+
+from sglpatch.doctor import coverage, devices, eagle3, scanner
+from sglpatch.doctor.findings import Finding
+from sglpatch.doctor.source_tree import Source
+from sglpatch.patch import Patch
+from sglpatch.results import Failed
+
+Progress = Callable[[str], None]
+
+
+class Blocker(NamedTuple):
+    what: str  # one line: what breaks
+    source: str  # the catalogue patch that knows it, the model, or the suspect's place
+    fixed_by: str | None  # the patch `sglpatch apply` runs to fix it
+    note: str = ""  # why apply cannot fix it, when it cannot
+
+
+class ModelReport(NamedTuple):
+    name: str
+    module: str  # sglang/srt/models/x.py, where the class is defined
+    missing: tuple[str, ...]
+    fixed_by: str | None
+
+
+class Suspect(NamedTuple):
+    finding: Finding
+    covered_by: str | None
+
+
+class Diagnosis(NamedTuple):
+    release: Version | None
+    model: ModelReport | None  # the one --model chose
+    blockers: tuple[Blocker, ...]
+    suspects: tuple[Suspect, ...]
+    refusals: tuple[Finding, ...]  # code that refuses capability 12 with an error, by design
+    required: dict[str, tuple[str, ...]]  # EAGLE-3 method -> where the target's code calls it
+    models: tuple[ModelReport, ...]  # generation models (all, or those --model chose)
+    excluded: dict[str, str]  # registered classes that are no EAGLE-3 target -> why
+    strict: bool
+    asked: str | None = None  # what --model named
+
+    @property
+    def ready(self) -> bool:
+        return not self.blockers
+
+    @property
+    def lacking(self) -> list[ModelReport]:
+        return [m for m in self.models if m.missing]
+
+    @property
+    def verdict(self) -> str:
+        subject = "capability 12"
+        if self.model is not None or self.asked:
+            subject += f" + EAGLE-3 on {self.model.name if self.model else self.asked}"
+        where = f"SGLang {self.release}" if self.release else "SGLang, release unknown"
+        if self.ready:
+            answer = "ready"
+        else:
+            count = len(self.blockers)
+            fixable = sum(1 for b in self.blockers if b.fixed_by)
+            noun = "blocker" if count == 1 else "blockers"
+            if fixable == count:
+                answer = (
+                    f"{count} {noun}, {'both' if count == 2 else 'all'} fixed by `sglpatch apply`"
+                )
+                if count == 1:
+                    answer = f"1 {noun}, fixed by `sglpatch apply`"
+            elif fixable:
+                answer = f"{count} {noun}, {fixable} fixed by `sglpatch apply`"
+            else:
+                answer = f"{count} {noun}, none fixed by `sglpatch apply`"
+        return f"{subject} ({where}): {answer}"
+
+
+def diagnose(
+    package_dir: Path,
+    release: Version | None,
+    patches: Sequence[Patch],
+    model: str | None = None,
+    *,
+    strict: bool = False,
+    progress: Progress | None = None,
+) -> Diagnosis:
+    say = progress or (lambda _: None)
+    source = Source(package_dir)
+    folder = eagle3.models_folder(source)
+    if model is not None:
+        paths, names = eagle3.find_model(source, model)
+    else:
+        paths, names = sorted(folder.glob("*.py")), None
+
+    say("reading the EAGLE-3 workers")
+    required = eagle3.requirements(source)
+    say(f"reading {len(paths)} models module(s)")
+    models = eagle3.load_models(source, paths)
+    registered = [
+        r for r in eagle3.registered(source, models, paths) if not names or r.name in names
+    ]
+    excluded = {r.name: r.excluded for r in registered if r.excluded}
+
+    say("scanning capability gates")
+    helpers = devices.helpers_of(source)
+    findings = scanner.scan(source, helpers)
+
+    say("running the catalogue in memory")
+    checks = coverage.check(package_dir, release, patches) if release is not None else []
+    work = coverage.pending(checks)
+
+    def rescan(data: bytes, shown: str) -> list[Finding]:
+        return scanner.scan_bytes(data, shown, helpers)
+
+    covered = coverage.covered_by(findings, work, rescan)
+    reports = tuple(
+        _model_report(source, models, r, required, work) for r in registered if not r.excluded
+    )
+    chosen = reports[0] if model is not None and len(reports) == 1 else None
+
+    blockers: list[Blocker] = []
+    chosen_modules = {f"sglang/{p.relative_to(package_dir).as_posix()}" for p in paths}
+    for check in work:
+        is_model_patch = check.file.startswith("sglang/srt/models/")
+        if is_model_patch and (model is None or check.file not in chosen_modules):
+            continue  # another model's fix
+        if chosen is not None and chosen.fixed_by == check.patch.id:
+            continue  # reported below as the model's missing methods
+        if isinstance(check.outcome, Failed):
+            blockers.append(
+                Blocker(
+                    check.patch.symptom,
+                    check.patch.id,
+                    None,
+                    f"the patch fails: {check.outcome.reason}",
+                )
+            )
+        else:
+            tested = release is None or check.patch.is_tested(release)
+            note = "" if tested else "untested on this release: apply --force"
+            blockers.append(Blocker(check.patch.symptom, check.patch.id, check.patch.id, note))
+    if model is not None:
+        for report in reports:
+            if report.missing:
+                what = f"EAGLE-3 cannot start: {report.name} lacks {', '.join(report.missing)}"
+                blockers.append(Blocker(what, report.name, report.fixed_by))
+
+    suspects = tuple(Suspect(f, covered.get(f)) for f in findings if f.kind != "refusal")
+    if strict:
+        blockers += [
+            Blocker(
+                f"capability 12 gets {s.finding.gets} ({s.finding.kind})",
+                f"{s.finding.file}:{s.finding.line}",
+                s.covered_by,
+            )
+            for s in suspects
+        ]
+    refusals = tuple(f for f in findings if f.kind == "refusal")
+    return Diagnosis(
+        release,
+        chosen,
+        tuple(blockers),
+        suspects,
+        refusals,
+        required,
+        reports,
+        excluded,
+        strict,
+        model,
+    )
+
+
+def _model_report(
+    source: Source,
+    models: eagle3.Models,
+    entry: eagle3.Registered,
+    required: dict[str, tuple[str, ...]],
+    work: Sequence[coverage.PatchCheck],
+) -> ModelReport:
+    missing = tuple(sorted(set(required) - models.members(entry.path, entry.name)))
+    shown = source.shown(entry.path)
+    fixed_by = None
+    if missing:
+        for check in work:
+            if check.after is not None and check.file == shown:
+                patched = models.with_file(entry.path, check.after)
+                if not set(missing) - patched.members(entry.path, entry.name):
+                    fixed_by = check.patch.id
+                    break
+    return ModelReport(entry.name, shown, missing, fixed_by)
