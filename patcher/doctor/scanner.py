@@ -18,6 +18,9 @@ function is not reached on 12. These are heuristics: the verdict counts them as 
 from __future__ import annotations
 
 import ast
+import concurrent.futures
+import multiprocessing
+import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -37,14 +40,64 @@ _WORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"get_device_sm")
 
 
 def scan(source: Source, helpers: Mapping[str, frozenset[int]]) -> list[Finding]:
-    jobs = [
-        (path, source.shown(path), helpers)
-        for path in sorted(source.package_dir.rglob("*.py"))
-        if not _is_test(path.relative_to(source.package_dir).parts)
-    ]
-    # One process: with most files rejected by a byte test and the rest parsed a function at a
-    # time, a process pool's start-up and pickling cost more than they save on 2 cores.
-    return [finding for job in jobs for finding in _scan_path(job)]
+    return Scan(source, helpers).result()
+
+
+class Scan:
+    """A scan of the whole tree, started in a forked worker while the caller does other work.
+
+    The files go out in batches to one worker process; `result()` scans here every batch the
+    worker has not started yet (a future not yet running can be cancelled), so both cores stay
+    busy whatever the caller did meanwhile. Fork shares the loaded modules, so the worker costs
+    milliseconds; without fork or a second core the scan runs here, in `result()`.
+    """
+
+    def __init__(self, source: Source, helpers: Mapping[str, frozenset[int]]) -> None:
+        self.jobs = [
+            (path, source.shown(path), helpers)
+            for path in sorted(source.package_dir.rglob("*.py"))
+            if not _is_test(path.relative_to(source.package_dir).parts)
+        ]
+        self.batches = [
+            list(range(start, min(start + _BATCH, len(self.jobs))))
+            for start in range(0, len(self.jobs), _BATCH)
+        ]
+        self.pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self.futures: list[concurrent.futures.Future[dict[int, list[Finding]]]] = []
+        if _FORK is not None and (os.cpu_count() or 1) > 1 and len(self.batches) > 1:
+            self.pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=_FORK)
+            self.futures = [
+                self.pool.submit(_scan_many, [(i, self.jobs[i]) for i in batch])
+                for batch in self.batches
+            ]
+
+    def result(self) -> list[Finding]:
+        found: dict[int, list[Finding]] = {}
+        if self.pool is None:
+            found = _scan_many(list(enumerate(self.jobs)))
+        else:
+            with self.pool:
+                # From the back: the worker takes batches from the front.
+                for future, batch in reversed(list(zip(self.futures, self.batches, strict=True))):
+                    if future.cancel():
+                        found.update(_scan_many([(i, self.jobs[i]) for i in batch]))
+                for future in self.futures:
+                    if not future.cancelled():
+                        found.update(future.result())
+        return [finding for index in range(len(self.jobs)) for finding in found[index]]
+
+
+_BATCH = 100
+_Job = tuple[int, tuple[Path, str, Mapping[str, frozenset[int]]]]
+_FORK = (
+    multiprocessing.get_context("fork")
+    if "fork" in multiprocessing.get_all_start_methods()
+    else None
+)
+
+
+def _scan_many(jobs: Sequence[_Job]) -> dict[int, list[Finding]]:
+    return {index: _scan_path(job) for index, job in jobs}
 
 
 def _is_test(parts: tuple[str, ...]) -> bool:

@@ -105,6 +105,9 @@ def diagnose(
     else:
         paths, names = sorted(folder.glob("*.py")), None
 
+    # The gate scan runs in a worker process while this one reads the EAGLE-3 side.
+    helpers = devices.helpers_of(source)
+    scan = scanner.Scan(source, helpers)
     say("reading the EAGLE-3 workers")
     required = eagle3.requirements(source)
     say(f"reading {len(paths)} models module(s)")
@@ -115,11 +118,9 @@ def diagnose(
     excluded = {r.name: r.excluded for r in registered if r.excluded}
 
     say("scanning capability gates")
-    helpers = devices.helpers_of(source)
-    findings = scanner.scan(source, helpers)
-
     say("running the catalogue in memory")
     checks = coverage.check(package_dir, release, patches) if release is not None else []
+    findings = scan.result()
     work = coverage.pending(checks)
 
     def rescan(data: bytes, shown: str) -> list[Finding]:
