@@ -204,19 +204,17 @@ def summarize(data: bytes, module: str) -> _Summary | None:
     text = data.decode("utf-8", errors="replace")
     lines = text.splitlines()
     classes = {}
+    start, counted = 0, 0
     for match in _CLASS.finditer(text):
-        start = text.count("\n", 0, match.start())
+        start += text.count("\n", counted, match.start())  # from the previous header on
+        counted = match.start()
         bases = tuple(
             name
             for base in (match.group(2) or "").split(",")
             if (name := base.strip()).isidentifier()
         )
-        body = _block(lines, start)
-        classes[match.group(1)] = (
-            bases,
-            frozenset(_body_members(body)),
-            frozenset(_init_attributes(body)),
-        )
+        members, attributes = _members(_block(lines, start))
+        classes[match.group(1)] = (bases, frozenset(members), frozenset(attributes))
     imports = {}
     for match in _FROM.finditer(text):
         level = len(match.group(1)) - len(match.group(1).lstrip("."))
@@ -254,39 +252,34 @@ def _block(lines: Sequence[str], header: int) -> list[str]:
     return body
 
 
-def _indent_of(body: Sequence[str]) -> int | None:
+def _members(body: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The names a class body defines at its own indentation, and the `self.x =` of its
+    `__init__`, in one pass over the body."""
+    members: list[str] = []
+    attributes: list[str] = []
+    indent = None
     for line in body:
         stripped = line.lstrip()
         if stripped and not stripped.startswith("#"):
-            return len(line) - len(stripped)
-    return None
-
-
-def _body_members(body: Sequence[str]) -> Iterator[str]:
-    indent = _indent_of(body)
+            indent = len(line) - len(stripped)
+            break
     if indent is None:
-        return
-    for line in body:
-        if len(line) > indent and line[:indent].isspace() and not line[indent].isspace():
-            match = _MEMBER.match(line, indent)
-            if match:
-                yield match.group(1) or match.group(2)
-
-
-def _init_attributes(body: Sequence[str]) -> Iterator[str]:
-    indent = _indent_of(body)
-    if indent is None:
-        return
+        return members, attributes
     inside = False
     for line in body:
         stripped = line.lstrip()
-        if not stripped or stripped.startswith("#"):
-            continue
         level = len(line) - len(stripped)
+        if level == indent and indent and stripped:
+            match = _MEMBER.match(line, indent)
+            if match:
+                members.append(match.group(1) or match.group(2))
+        if not stripped or stripped[0] == "#":
+            continue
         if level == indent and not stripped.startswith((")", "]", "}")):
             inside = stripped.startswith("def __init__")
         elif inside:
-            yield from _SELF.findall(stripped)
+            attributes += _SELF.findall(stripped)
+    return members, attributes
 
 
 def _summarize_path(job: tuple[Path, str]) -> tuple[Path, _Summary | None]:
