@@ -181,12 +181,19 @@ class Evaluator:
         self.module_aliases = module_aliases
         self.local_aliases = local_aliases
         self.defined = defined  # functions the module defines itself: not SGLang's helpers
+        # A test is asked about the same device several times (does it depend on the device,
+        # which branch, which line): remembered per node, which lives as long as this scope.
+        self._truths: dict[tuple[int, Device, bool], bool] = {}
 
     def truth(self, node: ast.expr, device: Device, world: bool) -> bool:
+        key = (id(node), device, world)
+        known = self._truths.get(key)
+        if known is not None:
+            return known
         value = self.value(node, device, world, 0)
-        if value is None or isinstance(value, CapabilityLike):
-            return world
-        return bool(value)
+        truth = world if value is None or isinstance(value, CapabilityLike) else bool(value)
+        self._truths[key] = truth
+        return truth
 
     def depends_on_device(self, node: ast.expr) -> bool:
         return any(
