@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import difflib
 import re
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +109,7 @@ def _eagle_worker_files(source: Source) -> Iterator[tuple[Path, ast.Module]]:
 
 
 def _imported_modules(tree: ast.Module, module: str) -> Iterator[str]:
-    for node in ast.walk(tree):
+    for node in _statements(tree):
         if isinstance(node, ast.ImportFrom):
             base = absolute_module(node, module)
             if base:
@@ -116,6 +117,19 @@ def _imported_modules(tree: ast.Module, module: str) -> Iterator[str]:
                 yield from (f"{base}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
+
+
+def _statements(tree: ast.Module) -> Iterator[ast.AST]:
+    """`ast.walk`'s order without entering expressions: imports are statements, and expressions
+    are most of a module's nodes."""
+    queue = deque([tree])
+    while queue:
+        node = queue.popleft()
+        queue.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _NO_STATEMENTS))
+        yield node
+
+
+_NO_STATEMENTS = (ast.expr, ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
 
 
 def _is_target_model(receiver: ast.expr) -> bool:
