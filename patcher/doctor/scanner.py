@@ -72,6 +72,11 @@ class Scan:
                         found.update(future.result())
         return [finding for index in range(len(self.jobs)) for finding in found[index]]
 
+    def close(self) -> None:
+        """Drop the batches not started (after `result()`, there are none)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
 
 _BATCH = 100
 _Job = tuple[int, tuple[Path, str, Mapping[str, frozenset[int]]]]

@@ -107,20 +107,22 @@ def diagnose(
 
     # The gate scan runs in a worker process while this one reads the EAGLE-3 side.
     helpers = devices.helpers_of(source)
-    scan = scanner.Scan(source, helpers)
-    say("reading the EAGLE-3 workers")
-    required = eagle3.requirements(source)
-    say(f"reading {len(paths)} models module(s)")
-    models = census.load_models(source, paths)
-    registered = [
-        r for r in census.registered(source, models, paths) if not names or r.name in names
-    ]
-    excluded = {r.name: r.excluded for r in registered if r.excluded}
-
     say("scanning capability gates")
-    say("running the catalogue in memory")
-    checks = coverage.check(package_dir, release, patches) if release is not None else []
-    findings = scan.result()
+    scan = scanner.Scan(source, helpers)
+    try:
+        say("reading the EAGLE-3 workers")
+        required = eagle3.requirements(source)
+        say(f"reading {len(paths)} models module(s)")
+        models = census.load_models(source, paths)
+        registered = [
+            r for r in census.registered(source, models, paths) if not names or r.name in names
+        ]
+        excluded = {r.name: r.excluded for r in registered if r.excluded}
+        say("running the catalogue in memory")
+        checks = coverage.check(package_dir, release, patches) if release is not None else []
+        findings = scan.result()
+    finally:
+        scan.close()  # on an error above: the worker's batches are not waited for
     work = coverage.pending(checks)
 
     def rescan(data: bytes, shown: str) -> list[Finding]:
