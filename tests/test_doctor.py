@@ -21,7 +21,7 @@ from sglpatch import api, catalogue, cli
 from sglpatch.cli import app
 from sglpatch.doctor import coverage, devices, scanner
 from sglpatch.doctor.source_tree import Source
-from sglpatch.errors import ExitCode
+from sglpatch.errors import CatalogueError, ExitCode
 from sglpatch.results import Applied
 from tests import wheels
 
@@ -480,3 +480,33 @@ def test_a_patch_covers_the_finding_its_change_removes(tmp_path: Path) -> None:
         findings, checks, lambda data, shown: scanner.scan_bytes(data, shown, HELPERS)
     )
     assert [(f.kind, covered.get(f)) for f in findings] == [("table", "sm120-symm-mem-sizes")]
+
+
+def test_coverage_refuses_a_patch_path_that_leaves_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalogue run in memory goes through `Patch.package_file`, like apply."""
+    package = tmp_path / "sglang"
+    package.mkdir()
+    (tmp_path / "outside.py").write_text("TABLE = {9: 1, 10: 2}\n")
+    patch = catalogue.load()[0]
+    monkeypatch.setattr(patch, "target_file", lambda release: "../outside.py")
+    monkeypatch.setattr(patch, "fixed_upstream", lambda release: False)
+    with pytest.raises(CatalogueError, match=r"\.\./outside\.py"):
+        coverage.check(package, Version("0.5.9"), [patch])
+
+
+def test_the_scan_shared_with_a_worker_process_equals_the_scan_in_one(
+    trees: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = Source(trees["0.5.9"] / "sglang")
+    helpers = devices.helpers_of(source)
+    shared = scanner.Scan(source, helpers)
+    if shared.pool is None:
+        pytest.skip("no fork or no second core here: the scan runs in one process anyway")
+    found = shared.result()
+    monkeypatch.setattr(scanner, "_FORK", None)
+    alone = scanner.Scan(source, helpers)
+    assert alone.pool is None
+    assert found == alone.result()
+    assert len(found) > 20  # a real tree's gates, in the same order

@@ -33,7 +33,7 @@ def check(package_dir: Path, release: Version, patches: Sequence[Patch]) -> list
     """Every catalogue patch that is meant for this release, with its in-memory outcome."""
     checks = []
     for patch in patches:
-        relative = patch.target_file(release)
+        relative = patch.package_file(release)
         if relative is None or patch.fixed_upstream(release):
             continue
         shown = f"sglang/{relative}"

@@ -68,26 +68,36 @@ def chain(node: ast.expr) -> list[str]:
 def walk_with_ancestors(
     tree: ast.AST, lines: Sequence[int]
 ) -> Iterator[tuple[ast.AST, list[ast.AST]]]:
-    """Nodes spanning one of `lines`, each with its ancestors (one shared list).
+    """Nodes spanning one of `lines`, each with its ancestors (one shared list), in pre-order.
 
     Subtrees that span none of the lines are skipped: walking every node of a large module
-    in Python costs far more than parsing it.
+    in Python costs far more than parsing it. Operators and load/store contexts, which hold
+    nothing, are not visited. An explicit stack: nested generators cost a frame per level.
     """
     ancestors: list[ast.AST] = []
-
-    def spans(node: ast.AST) -> bool:
-        start = getattr(node, "lineno", None)
-        if start is None:
-            return True
-        index = bisect.bisect_left(lines, start)
-        return index < len(lines) and lines[index] <= (getattr(node, "end_lineno", None) or start)
-
-    def visit(node: ast.AST) -> Iterator[tuple[ast.AST, list[ast.AST]]]:
+    stack: list[tuple[ast.AST, int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        del ancestors[depth:]
         yield node, ancestors
         ancestors.append(node)
-        for child in ast.iter_child_nodes(node):
-            if spans(child):
-                yield from visit(child)
-        ancestors.pop()
+        children: list[ast.AST] = []
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                children.extend(item for item in value if isinstance(item, ast.AST))
+            elif isinstance(value, ast.AST):
+                children.append(value)
+        for child in reversed(children):
+            if isinstance(child, _EMPTY):
+                continue
+            start = getattr(child, "lineno", None)
+            if start is not None:
+                index = bisect.bisect_left(lines, start)
+                end = getattr(child, "end_lineno", None) or start
+                if index == len(lines) or lines[index] > end:
+                    continue
+            stack.append((child, depth + 1))
 
-    yield from visit(tree)
+
+_EMPTY = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
-from sglpatch.doctor import coverage, devices, eagle3, scanner
+from sglpatch.doctor import census, coverage, devices, eagle3, scanner
 from sglpatch.doctor.findings import Finding
 from sglpatch.doctor.source_tree import Source
 from sglpatch.patch import Patch
@@ -99,27 +99,30 @@ def diagnose(
 ) -> Diagnosis:
     say = progress or (lambda _: None)
     source = Source(package_dir)
-    folder = eagle3.models_folder(source)
+    folder = census.models_folder(source)
     if model is not None:
-        paths, names = eagle3.find_model(source, model)
+        paths, names = census.find_model(source, model)
     else:
         paths, names = sorted(folder.glob("*.py")), None
 
-    say("reading the EAGLE-3 workers")
-    required = eagle3.requirements(source)
-    say(f"reading {len(paths)} models module(s)")
-    models = eagle3.load_models(source, paths)
-    registered = [
-        r for r in eagle3.registered(source, models, paths) if not names or r.name in names
-    ]
-    excluded = {r.name: r.excluded for r in registered if r.excluded}
-
-    say("scanning capability gates")
+    # The gate scan runs in a worker process while this one reads the EAGLE-3 side.
     helpers = devices.helpers_of(source)
-    findings = scanner.scan(source, helpers)
-
-    say("running the catalogue in memory")
-    checks = coverage.check(package_dir, release, patches) if release is not None else []
+    say("scanning capability gates")
+    scan = scanner.Scan(source, helpers)
+    try:
+        say("reading the EAGLE-3 workers")
+        required = eagle3.requirements(source)
+        say(f"reading {len(paths)} models module(s)")
+        models = census.load_models(source, paths)
+        registered = [
+            r for r in census.registered(source, models, paths) if not names or r.name in names
+        ]
+        excluded = {r.name: r.excluded for r in registered if r.excluded}
+        say("running the catalogue in memory")
+        checks = coverage.check(package_dir, release, patches) if release is not None else []
+        findings = scan.result()
+    finally:
+        scan.close()  # on an error above: the worker's batches are not waited for
     work = coverage.pending(checks)
 
     def rescan(data: bytes, shown: str) -> list[Finding]:
@@ -185,8 +188,8 @@ def diagnose(
 
 def _model_report(
     source: Source,
-    models: eagle3.Models,
-    entry: eagle3.Registered,
+    models: census.Models,
+    entry: census.Registered,
     required: dict[str, tuple[str, ...]],
     work: Sequence[coverage.PatchCheck],
 ) -> ModelReport:

@@ -1,0 +1,323 @@
+"""What a capability test in SGLang's source evaluates to on a given GPU.
+
+A test is evaluated concretely for a few devices, (major, minor): `get_device_capability()` is
+the pair, `[0]` the major, `get_device_sm()` is `major * 10 + minor`, and SGLang's helpers
+(`is_sm100_supported()`, `is_blackwell()`, ...) are true for the majors SGLang's own definition
+lists. Names assigned from such expressions (`major, minor = get_device_capability()`,
+`_is_sm100_supported = _is_cuda and is_sm100_supported()`) are followed. Anything else the test
+depends on (a flag, `is_flashinfer_available()`) is unknown; the scanner evaluates each test in
+two worlds, every unknown true and every unknown false, so a device's part shows in one of them.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any, Union
+
+from sglpatch.doctor.devices import (
+    DEVICES,
+    NEW,
+    PLATFORM,
+    RTX_BLACKWELL,
+    Aliases,
+    Device,
+    helper_majors,
+)
+
+_CAPABILITY_NAMES = {"major", "cc_major", "sm_major", "device_major"}
+
+
+class CapabilityLike:
+    """A value named like a capability whose shape is unknown: an int major or a pair.
+
+    Compared with a small int it is the major, with a large one the SM number, with a pair the
+    pair; `[0]` is the major.
+    """
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+
+
+Value = Union[bool, int, tuple[int, ...], CapabilityLike, None]  # noqa: UP007 (runtime alias)
+
+
+_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
+
+
+class Evaluator:
+    """Evaluate expressions of one scope (a module, and a function in it) on a device."""
+
+    def __init__(
+        self,
+        helpers: Mapping[str, frozenset[int]],
+        module_aliases: Aliases,
+        local_aliases: Aliases,
+        defined: frozenset[str],
+    ) -> None:
+        self.helpers = helpers
+        self.module_aliases = module_aliases
+        self.local_aliases = local_aliases
+        self.defined = defined  # functions the module defines itself: not SGLang's helpers
+        # A test is asked about the same device several times (does it depend on the device,
+        # which branch, which line): remembered per node, which lives as long as this scope.
+        self._truths: dict[tuple[int, Device, bool], bool] = {}
+
+    def truth(self, node: ast.expr, device: Device, world: bool) -> bool:
+        key = (id(node), device, world)
+        known = self._truths.get(key)
+        if known is not None:
+            return known
+        value = self.value(node, device, world, 0)
+        truth = world if value is None or isinstance(value, CapabilityLike) else bool(value)
+        self._truths[key] = truth
+        return truth
+
+    def depends_on_device(self, node: ast.expr) -> bool:
+        return any(
+            len({self.truth(node, device, world) for device in DEVICES}) > 1
+            for world in (True, False)
+        )
+
+    def unreachable(self, node: ast.expr) -> bool:
+        """A test false on these GPUs whatever else holds (`if _is_hip:`): its body never runs."""
+        return not any(self.truth(node, d, w) for d in DEVICES for w in (True, False))
+
+    def is_quantity(self, node: ast.expr) -> bool:
+        """A capability, major, minor or SM number (not a constant, not a truth value)."""
+        if isinstance(node, ast.Constant):
+            return False
+        value = self.value(node, RTX_BLACKWELL, True, 0)
+        return isinstance(value, (CapabilityLike, tuple)) or (
+            type(value) is int and value in (NEW, 0, NEW * 10)
+        )
+
+    def names_new(self, node: ast.expr, depth: int = 0) -> bool:
+        """The test names capability 12 itself: `== 12`, `in (8, 12)`, `is_sm120_supported()`."""
+        for part in ast.walk(node):
+            if isinstance(part, ast.Call) and isinstance(part.func, ast.Name):
+                majors = self._helper(part.func.id)
+                if majors is not None and majors == {NEW}:
+                    return True
+            elif isinstance(part, ast.Name) and depth < 3 and self._alias_names_new(part.id, depth):
+                return True
+            elif isinstance(part, ast.Compare):
+                sides = [part.left, *part.comparators]
+                if any(self.is_quantity(s) for s in sides) and any(_mentions_new(s) for s in sides):
+                    return True
+        return False
+
+    def _alias_names_new(self, name: str, depth: int) -> bool:
+        for table in (self.local_aliases, self.module_aliases):
+            if name in table:
+                return any(
+                    self.names_new(value, depth + 1)
+                    for value, _ in table[name]
+                    if not (isinstance(value, ast.Name) and value.id == name)
+                )
+        return False
+
+    def _helper(self, name: str) -> frozenset[int] | None:
+        if name in self.defined and name not in self.helpers:
+            return None
+        return helper_majors(name, self.helpers)
+
+    def value(self, node: ast.expr, device: Device, world: bool, depth: int) -> Value:
+        if depth > 8:
+            return None
+        major, minor = device
+        if isinstance(node, ast.Constant):
+            constant = node.value
+            return constant if isinstance(constant, (int, bool)) else None
+        if isinstance(node, ast.Tuple):
+            items = [self.value(e, device, world, depth + 1) for e in node.elts]
+            return tuple(items) if all(type(i) is int for i in items) else None  # type: ignore[arg-type]
+        if isinstance(node, ast.BoolOp):
+            values = [self.truth_at(v, device, world, depth) for v in node.values]
+            return all(values) if isinstance(node.op, ast.And) else any(values)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return not self.truth_at(node.operand, device, world, depth)
+        if isinstance(node, ast.Compare):
+            return self._compare(node, device, world, depth)
+        if isinstance(node, ast.BinOp):
+            left = self.value(node.left, device, world, depth + 1)
+            right = self.value(node.right, device, world, depth + 1)
+            if type(left) is int and type(right) is int:
+                if isinstance(node.op, ast.Add):
+                    return left + right
+                if isinstance(node.op, ast.Mult):
+                    return left * right
+            return None
+        if isinstance(node, ast.Subscript):
+            base = self.value(node.value, device, world, depth + 1)
+            index = node.slice
+            if not (isinstance(index, ast.Constant) and index.value in (0, 1)):
+                return None
+            position = 0 if index.value == 0 else 1
+            if isinstance(base, CapabilityLike):
+                return base.device[position]
+            if isinstance(base, tuple) and len(base) == 2:
+                return base[position]
+            return None
+        if isinstance(node, ast.Call):
+            name = _last_name(node.func)
+            if name == "get_device_capability":
+                return (major, minor)
+            if name == "get_device_sm":
+                return major * 10 + minor
+            if isinstance(node.func, ast.Name) and not node.args and not node.keywords:
+                if name in PLATFORM:
+                    return PLATFORM[name]
+                majors = self._helper(name)
+                if majors is not None:
+                    return major in majors
+            if "capabilit" in name.lower() and not node.args:
+                return CapabilityLike(device)
+            return None
+        if isinstance(node, ast.Name):
+            if node.id in PLATFORM:
+                return PLATFORM[node.id]
+            if node.id in self.local_aliases or node.id in self.module_aliases:
+                found = self._alias(node.id, device, world, depth)
+                # `compute_capability = probe() if x is None else x`: trust a strong name
+                if found is not None or "capabilit" not in node.id.lower():
+                    return found
+            return self._named(node.id, device)
+        if isinstance(node, ast.Attribute):
+            # `version.major` is a library's; only capability-named attributes count
+            return CapabilityLike(device) if "capabilit" in node.attr.lower() else None
+        if isinstance(node, ast.IfExp):
+            test = self.value(node.test, device, world, depth + 1)
+            if test is None or isinstance(test, CapabilityLike):
+                return None
+            return self.value(node.body if test else node.orelse, device, world, depth + 1)
+        return None
+
+    def truth_at(self, node: ast.expr, device: Device, world: bool, depth: int) -> bool:
+        value = self.value(node, device, world, depth + 1)
+        if value is None or isinstance(value, CapabilityLike):
+            return world
+        return bool(value)
+
+    def _alias(self, name: str, device: Device, world: bool, depth: int) -> Value:
+        for table in (self.local_aliases, self.module_aliases):
+            if name not in table:
+                continue
+            values = {
+                repr(self._unpack(expr, index, device, world, depth)) for expr, index in table[name]
+            }
+            if len(values) != 1:
+                return None  # assigned differently in different places
+            expr, index = table[name][0]
+            return self._unpack(expr, index, device, world, depth)
+        return None
+
+    def _unpack(
+        self, expr: ast.expr, index: int | None, device: Device, world: bool, depth: int
+    ) -> Value:
+        value = self.value(expr, device, world, depth + 1)
+        if index is None:
+            return value
+        if isinstance(value, CapabilityLike):
+            return value.device[index] if index < 2 else None
+        if isinstance(value, tuple) and index < len(value):
+            return value[index]
+        return None
+
+    def _named(self, name: str, device: Device) -> Value:
+        lowered = name.lower()
+        if "capabilit" in lowered:
+            return CapabilityLike(device)
+        if lowered in _CAPABILITY_NAMES:
+            return device[0]
+        if lowered == "minor":
+            return device[1]
+        return None
+
+    def _compare(self, node: ast.Compare, device: Device, world: bool, depth: int) -> Value:
+        left = self.value(node.left, device, world, depth + 1)
+        result = True
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
+            right = self.value(right_node, device, world, depth + 1)
+            if isinstance(op, (ast.In, ast.NotIn)):
+                found = _member(left, right_node, device)
+                if found is None:
+                    return None
+                outcome = found if isinstance(op, ast.In) else not found
+            elif type(op) in _COMPARE:
+                pair = _comparable(left, right, device)
+                if pair is None:
+                    return None
+                outcome = _COMPARE[type(op)](*pair)
+            else:
+                return None
+            result = result and outcome
+            left = right
+        return result
+
+
+def _comparable(left: Value, right: Value, device: Device) -> tuple[object, object] | None:
+    """Resolve a capability-like side by the shape of the other side."""
+    if isinstance(left, CapabilityLike) and isinstance(right, CapabilityLike):
+        return None
+    if isinstance(right, CapabilityLike):
+        flipped = _comparable(right, left, device)
+        return None if flipped is None else (flipped[1], flipped[0])
+    if isinstance(left, CapabilityLike):
+        if type(right) is int:
+            return (device[0] * 10 + device[1], right) if right >= 20 else (device[0], right)
+        if isinstance(right, tuple):
+            return device, right
+        return None
+    if left is None or right is None or isinstance(left, bool) or isinstance(right, bool):
+        return None
+    return left, right
+
+
+def _member(left: Value, collection: ast.expr, device: Device) -> bool | None:
+    if not isinstance(collection, (ast.Tuple, ast.List, ast.Set)):
+        return None
+    items: list[object] = []
+    for element in collection.elts:
+        if isinstance(element, ast.Constant) and type(element.value) is int:
+            items.append(element.value)
+        elif isinstance(element, ast.Tuple) and all(
+            isinstance(e, ast.Constant) and type(e.value) is int for e in element.elts
+        ):
+            items.append(tuple(e.value for e in element.elts if isinstance(e, ast.Constant)))
+        else:
+            return None
+    if left is None or isinstance(left, bool):
+        return None
+    for item in items:
+        pair = _comparable(left, item, device)  # type: ignore[arg-type]
+        if pair is not None and pair[0] == pair[1]:
+            return True
+    return False
+
+
+def _mentions_new(node: ast.expr) -> bool:
+    for part in ast.walk(node):
+        if (
+            isinstance(part, ast.Constant)
+            and type(part.value) is int
+            and (part.value == NEW or NEW * 10 <= part.value < NEW * 10 + 10)
+        ):
+            return True
+    return False
+
+
+def _last_name(node: ast.expr) -> str:
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return ""
