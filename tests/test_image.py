@@ -73,7 +73,7 @@ def test_the_dockerfile_and_entrypoint_lines(tmp_path: Path) -> None:
             done = sh(argument, workspace, env)
             assert done.returncode == 0, done.stdout + done.stderr
     patched = sorted(git(checkout, "diff", "--name-only").split())
-    assert patched == sorted(f"python/{m}" for m in wheels.patch_targets("0.5.9"))
+    assert patched == sorted(f"python/{m}" for m in wheels.applied_targets("0.5.9"))
 
     check = next(line for line in entrypoint if "status --check" in line)
     assert check == "sglpatch status --check || exit 1"

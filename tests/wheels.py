@@ -137,9 +137,11 @@ def applied_targets(release: str) -> list[str]:
 
     present = set(members(release))
     return sorted(
-        row.file
-        for row in api.list_patches(release)
-        if row.outlook == "applies" and row.file in present
+        {
+            row.file
+            for row in api.list_patches(release)
+            if row.outlook == "applies" and row.file in present
+        }
     )
 
 
