@@ -311,7 +311,8 @@ def with_statements_beside(
         raise AnchorMissing(f"the anchor is not a statement of {node.name.value}")
     at = index + 1 if after else index
     body[at:at] = statements
-    assert isinstance(node.body, cst.IndentedBlock)
+    if not isinstance(node.body, cst.IndentedBlock):  # function_body has refused it already
+        raise AnchorMissing(f"function {node.name.value} has no indented body")
     return node.with_changes(body=node.body.with_changes(body=body))
 
 
@@ -450,10 +451,9 @@ def with_branch_before(head: cst.If, index: int, branch: cst.If) -> cst.If:
     ordered = [*branches[:index], branch.with_changes(leading_lines=()), *branches[index:]]
     ordered[index + 1] = ordered[index + 1].with_changes(leading_lines=())
     rebuilt: cst.If | cst.Else | None = tail
-    for node in reversed(ordered):
+    for node in reversed(ordered[1:]):
         rebuilt = node.with_changes(orelse=rebuilt)
-    assert isinstance(rebuilt, cst.If)
-    return rebuilt.with_changes(leading_lines=head.leading_lines)
+    return ordered[0].with_changes(orelse=rebuilt, leading_lines=head.leading_lines)
 
 
 def imports_name(module: cst.Module, source: str, name: str) -> bool:
@@ -529,5 +529,6 @@ def replace_statement(
             value = replacement
         replacement = parent.with_changes(**{field: value})
         node = parent
-    assert isinstance(replacement, cst.Module)
+    if not isinstance(replacement, cst.Module):  # `old` is a statement: the root is the module
+        raise AnchorMissing("the statement to replace is not in the module")
     return replacement

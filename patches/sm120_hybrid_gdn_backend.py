@@ -110,7 +110,8 @@ def _helper_import(wrapper: cst.FunctionDef) -> cst.ImportFrom:
 
 
 def _imports_helper(node: cst.ImportFrom) -> bool:
-    assert not isinstance(node.names, cst.ImportStar)
+    if isinstance(node.names, cst.ImportStar):  # _helper_import picks named imports only
+        raise AnchorMissing("a star import names no helper")
     return any(isinstance(a.name, cst.Name) and a.name.value == HELPER for a in node.names)
 
 
@@ -140,7 +141,8 @@ class Sm120HybridGdnBackend(Patch):
             raise AnchorMissing("the Blackwell hybrid-GDN check has no indented body")
         importing = _helper_import(wrapper)
         template = cst_tools.statement(BRANCH, module)
-        assert isinstance(template, cst.If) and isinstance(template.orelse, cst.Else)
+        if not (isinstance(template, cst.If) and isinstance(template.orelse, cst.Else)):
+            raise AnchorMissing("the capability-12 branch did not parse as an if/else statement")
         # The release's own check becomes the `else:` for every other Blackwell part.
         branch = template.with_changes(
             orelse=template.orelse.with_changes(

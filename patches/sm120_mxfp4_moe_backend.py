@@ -137,7 +137,8 @@ class Sm120Mxfp4MoeBackend(Patch):
             raise AnchorMissing("the Blackwell branch does not set moe_runner_backend once")
         target = module.code_for_node(assigned[0].targets[0].target)
         branch = cst_tools.statement(BRANCH.format(target=target), module)
-        assert isinstance(branch, cst.If)
+        if not isinstance(branch, cst.If):
+            raise AnchorMissing("the capability-12 branch did not parse as an if statement")
         return cst_tools.replace_statement(
             module, head, cst_tools.with_branch_before(head, index, branch)
         )

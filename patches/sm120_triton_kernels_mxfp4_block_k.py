@@ -140,7 +140,8 @@ class Sm120TritonKernelsMxfp4BlockK(Patch):
         body = list(function.body.body)
         start, end = _default_layout(body)
         template = cst_tools.statement(BRANCH.format(gate=gate), module)
-        assert isinstance(template, cst.If) and isinstance(template.orelse, cst.Else)
+        if not (isinstance(template, cst.If) and isinstance(template.orelse, cst.Else)):
+            raise AnchorMissing("the capability-12 branch did not parse as an if/else statement")
         # The release's own layout and constraints become the `else:` of every other capability.
         kept = body[start : end + 1]
         first = kept[0]
@@ -182,7 +183,8 @@ class Sm120TritonKernelsMxfp4BlockK(Patch):
 
     @staticmethod
     def _imports_helper(node: cst.ImportFrom) -> bool:
-        assert not isinstance(node.names, cst.ImportStar)
+        if isinstance(node.names, cst.ImportStar):  # _utils_import picks named imports only
+            raise AnchorMissing("a star import names no helper")
         return any(isinstance(a.name, cst.Name) and a.name.value == HELPER for a in node.names)
 
     def postcondition(self, module: cst.Module, release: Version) -> None:

@@ -23,10 +23,11 @@ SIZES = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
 TWO_SHOT = "sglang/srt/distributed/device_communicators/torch_symm_mem.py"
 
 
-# 0.5.9's patches in the order apply -i offers them; those fixed upstream are never offered.
+# 0.5.9's patches in the order apply -i offers them; those fixed upstream or not for this
+# release are never offered, and keep that state whatever the answers.
 ROWS = api.list_patches("0.5.9")
 OFFERED = [row.id for row in ROWS if row.outlook == "applies"]
-UPSTREAM = {row.id: "already upstream" for row in ROWS if row.id not in OFFERED}
+OTHERS = {row.id: str(row.effect) for row in ROWS if row.id not in OFFERED}
 
 
 def states(site: Path) -> dict[str, str]:
@@ -50,7 +51,7 @@ def test_yes_no_yes(runner: CliRunner, site_059: Path) -> None:
     # the reason, then the diff, for each patch in turn
     assert out.index("kimi-k25-eagle3-interface: Kimi K2.5 exposes") < out.index(f"+++ b/{KIMI}")
     assert out.index(f"+++ b/{KIMI}") < out.index(f"+++ b/{SIZES}") < out.index(f"+++ b/{TWO_SHOT}")
-    assert states(site_059) == {i: "applied" for i in OFFERED} | UPSTREAM | {
+    assert states(site_059) == {i: "applied" for i in OFFERED} | OTHERS | {
         "sm120-symm-mem-sizes": "not applied"
     }
     assert (site_059 / SIZES).read_bytes() == before
@@ -58,7 +59,7 @@ def test_yes_no_yes(runner: CliRunner, site_059: Path) -> None:
     assert (
         runner.invoke(app, ["apply", "-i", "--target", str(site_059)], input="y\n").exit_code == 0
     )
-    assert states(site_059) == {i: "applied" for i in OFFERED} | UPSTREAM
+    assert states(site_059) == {i: "applied" for i in OFFERED} | OTHERS
 
 
 def test_quit_applies_what_was_chosen(runner: CliRunner, site_059: Path) -> None:
@@ -74,7 +75,7 @@ def test_nothing_chosen_writes_nothing(runner: CliRunner, site_059: Path) -> Non
     )
     assert result.exit_code == 0 and "No patch chosen" in result.stdout
     assert "y: apply this patch" in result.stderr  # help for an unknown answer
-    assert states(site_059) == {i: "not applied" for i in OFFERED} | UPSTREAM
+    assert states(site_059) == {i: "not applied" for i in OFFERED} | OTHERS
     assert api.log(site_059)[1] == []
 
 
@@ -83,7 +84,7 @@ def test_end_of_input_aborts_with_nothing_written(runner: CliRunner, site_059: P
     result = runner.invoke(app, ["apply", "-i", "--target", str(site_059)], input="y\n")
     assert result.exit_code == ExitCode.REFUSED, result.stdout
     assert "input ended" in result.stderr and "nothing was written" in result.stderr
-    assert set(states(site_059).values()) == {"not applied"}
+    assert states(site_059) == {i: "not applied" for i in OFFERED} | OTHERS
     assert api.log(site_059)[1] == []
 
 
@@ -111,17 +112,25 @@ def test_ctrl_c_at_a_prompt_aborts_with_nothing_written(site_059: Path) -> None:
     err = asked + process.stderr.read()
     assert process.wait() == ExitCode.INTERRUPTED, err
     assert b"sglpatch: error: interrupted" in err
-    assert set(states(site_059).values()) == {"not applied"}
+    assert states(site_059) == {i: "not applied" for i in OFFERED} | OTHERS
     assert api.log(site_059)[1] == []
 
 
 def test_interactive_json_keeps_stdout_one_object(runner: CliRunner, site_059: Path) -> None:
+    chosen = {OFFERED[0], OFFERED[2]}  # yes, no, yes, then no to the rest
     result = runner.invoke(
-        app, ["apply", "-i", "--json", "--target", str(site_059)], input="y\nn\ny\n"
+        app,
+        ["apply", "-i", "--json", "--target", str(site_059)],
+        input="".join("y\n" if i in chosen else "n\n" for i in OFFERED),
     )
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)  # prompts and diffs went to stderr
-    assert report["written"] and len(report["changed"]) == 2
+    assert report["written"]
+    assert sorted(report["changed"]) == sorted(str(r.file) for r in ROWS if r.id in chosen)
     assert "Apply kimi-k25-eagle3-interface" in result.stderr and "+++ b/" in result.stderr
-    result = runner.invoke(app, ["apply", "-i", "--json", "--target", str(site_059)], input="n\n")
+    result = runner.invoke(
+        app,
+        ["apply", "-i", "--json", "--target", str(site_059)],
+        input="n\n" * (len(OFFERED) - len(chosen)),
+    )
     assert json.loads(result.stdout)["written"] is False

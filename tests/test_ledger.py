@@ -128,6 +128,7 @@ def test_keys_a_newer_sglpatch_wrote_are_kept(tmp_path: Path, target: Target) ->
         "release": "0.5.9",
         "patches": ["p"],
         "files": {"sglang/x.py": {"original": "a", "patched": "b", "patches": ["p"], "mode": 1}},
+        "skipped": ["q"],
         "format": 2,
     }
     state = State.from_json(data)

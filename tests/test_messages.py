@@ -80,8 +80,9 @@ def test_version_alone_and_after_a_command(runner: CliRunner, site_059: Path) ->
 def test_a_dry_run_says_would_apply(runner: CliRunner, site_059: Path) -> None:
     code, _, err = invoke(runner, ["apply", "--dry-run", "--target", str(site_059)])
     assert code == 0, err
-    rows = [line.split()[:2] for line in err.splitlines() if line.startswith("  ")]
-    assert [r[0] for r in rows] == ["would", "would", "would"]
+    rows = [line for line in err.splitlines() if line.startswith("  ")]
+    said = dict(m.group(2, 1) for row in rows if (m := re.match(r"  (\S.*?) {2,}(\S+)", row)))
+    assert len(said) == len(rows) and said == wheels.expected_states("0.5.9", "would apply")
     assert not re.search(r"^\s+applied\s", err, re.M)
     code, out, _ = invoke(runner, ["apply", "--target", str(site_059)])
     assert re.search(r"^\s+applied\s", out, re.M)  # the real run says what it did
@@ -104,7 +105,8 @@ def test_hints_carry_the_target_and_ledger_typed_and_work(
         == f"sglpatch apply --target '{site}' --ledger '{ledger}' --version 0.5.9 --skip {kimi}"
     )
     code, out, err = invoke(runner, shlex.split(hint)[1:])  # run the hint as a shell would
-    assert code == 0 and "Patched 2 file(s)" in out, err
+    others = set(wheels.applied_targets("0.5.9")) - {"sglang/srt/models/kimi_k25.py"}
+    assert code == 0 and f"Patched {len(others)} file(s)" in out, err
     undo = out.strip().splitlines()[-1].split("Undo: ")[1]
     assert undo == f"sglpatch revert --target '{site}' --ledger '{ledger}'"
     code, _, err = invoke(runner, shlex.split(undo)[1:])

@@ -137,7 +137,24 @@ def applied_targets(release: str) -> list[str]:
 
     present = set(members(release))
     return sorted(
-        row.file
-        for row in api.list_patches(release)
-        if row.outlook == "applies" and row.file in present
+        {
+            row.file
+            for row in api.list_patches(release)
+            if row.outlook == "applies" and row.file in present
+        }
     )
+
+
+def expected_states(release: str, applying: str) -> dict[str, str]:
+    """What `status` says of each built-in patch on `release` when every patch that applies there
+    is in state `applying` ("applied", "not applied", "skipped", "patched").
+
+    The others keep the effect `list --release` gives them (already upstream, not for this
+    release): no apply, skip or revert changes that.
+    """
+    from sglpatch import api
+
+    return {
+        row.id: applying if row.outlook == "applies" else str(row.effect)
+        for row in api.list_patches(release)
+    }
