@@ -390,11 +390,6 @@ def walk(node: cst.CSTNode, kind: type[T]) -> Iterator[T]:
     return _walk(node, kind)
 
 
-def find_all(node: cst.CSTNode, kind: type[T]) -> list[T]:
-    """Every node of type `kind` under `node` (in no particular order)."""
-    return list(_walk(node, kind))
-
-
 _BLOCK_PARTS = (cst.BaseSuite, cst.BaseStatement, cst.Else, cst.Finally, *_HANDLERS)
 _IS_BLOCK_PART: dict[type, bool] = {}
 
@@ -417,7 +412,7 @@ def find_compound(node: cst.CSTNode, kind: type[T]) -> list[T]:
     """Every compound statement (`if`, `def`, `with`, ...) of type `kind` under `node`.
 
     Descends through blocks only, never into expressions, so it is much cheaper than
-    `find_all` on a large module.
+    `walk` on a large module.
     """
     found: list[T] = []
     stack: list[cst.CSTNode] = [node]
@@ -454,26 +449,6 @@ def with_branch_before(head: cst.If, index: int, branch: cst.If) -> cst.If:
     for node in reversed(ordered[1:]):
         rebuilt = node.with_changes(orelse=rebuilt)
     return ordered[0].with_changes(orelse=rebuilt, leading_lines=head.leading_lines)
-
-
-def imports_name(module: cst.Module, source: str, name: str) -> bool:
-    """Whether a top-level `from <source> import ... name ...` is in the module."""
-    for statement in module.body:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for small in statement.body:
-            if (
-                isinstance(small, cst.ImportFrom)
-                and small.module is not None
-                and module.code_for_node(small.module) == source
-                and not isinstance(small.names, cst.ImportStar)
-                and any(
-                    isinstance(alias.name, cst.Name) and alias.name.value == name
-                    for alias in small.names
-                )
-            ):
-                return True
-    return False
 
 
 def with_alias(node: cst.ImportFrom, name: str) -> cst.ImportFrom:

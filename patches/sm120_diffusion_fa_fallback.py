@@ -68,7 +68,7 @@ else:
 def _names_enum(node: cst.CSTNode, members: set[str]) -> bool:
     return any(
         isinstance(a.value, cst.Name) and a.value.value == ENUM and a.attr.value in members
-        for a in cst_tools.find_all(node, cst.Attribute)
+        for a in cst_tools.walk(node, cst.Attribute)
     )
 
 

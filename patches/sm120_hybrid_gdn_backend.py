@@ -91,14 +91,14 @@ def _sm120_branch(check: cst.If) -> cst.If | None:
 
 
 def _admits(node: cst.CSTNode, backend: str) -> bool:
-    return any(s.evaluated_value == backend for s in cst_tools.find_all(node, cst.SimpleString))
+    return any(s.evaluated_value == backend for s in cst_tools.walk(node, cst.SimpleString))
 
 
 def _helper_import(wrapper: cst.FunctionDef) -> cst.ImportFrom:
     """The wrapper's own `from sglang.srt.utils import is_blackwell, ...`."""
     found = [
         i
-        for i in cst_tools.find_all(wrapper, cst.ImportFrom)
+        for i in cst_tools.walk(wrapper, cst.ImportFrom)
         if i.module is not None
         and cst.Module([]).code_for_node(i.module) == "sglang.srt.utils"
         and not isinstance(i.names, cst.ImportStar)

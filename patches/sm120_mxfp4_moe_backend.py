@@ -123,13 +123,13 @@ class Sm120Mxfp4MoeBackend(Patch):
         if index is None:
             raise AnchorMissing("no `is_blackwell_supported() and is_mxfp4_quant_format` branch")
         if not any(
-            cst_tools.imports_name(module, source, "is_sm120_supported")
+            "is_sm120_supported" in cst_tools.imported_names(module, source)
             for source in ("sglang.srt.utils", "sglang.srt.utils.common")
         ):
             raise AnchorMissing("the module does not import is_sm120_supported")
         assigned = [
             small
-            for small in cst_tools.find_all(chain[index].body, cst.Assign)
+            for small in cst_tools.walk(chain[index].body, cst.Assign)
             if isinstance(small.targets[0].target, cst.Attribute)
             and small.targets[0].target.attr.value == "moe_runner_backend"
         ]

@@ -59,7 +59,7 @@ def _gates_sm120(test: cst.BaseExpression, module: cst.Module) -> bool:
 
 
 def _forces_non_persistent(branch: cst.If) -> bool:
-    for call in cst_tools.find_all(branch.body, cst.Call):
+    for call in cst_tools.walk(branch.body, cst.Call):
         if not (isinstance(call.func, cst.Name) and call.func.value == UPDATE and call.args):
             continue
         table = call.args[0].value

@@ -85,7 +85,7 @@ def _sm120_branches(function: cst.FunctionDef, module: cst.Module) -> list[cst.I
 def _calls(node: cst.CSTNode, name: str) -> bool:
     return any(
         isinstance(c.func, cst.Attribute) and c.func.attr.value == name
-        for c in cst_tools.find_all(node, cst.Call)
+        for c in cst_tools.walk(node, cst.Call)
     )
 
 
@@ -193,7 +193,7 @@ class Sm120TritonKernelsMxfp4BlockK(Patch):
             raise PostconditionFailed(f"{FUNCTION} has {len(branches)} branches for capability 12")
         if not _calls(branches[0].body, "update_opt_flags_constraints"):
             raise PostconditionFailed("capability 12's branch sets no opt_flags constraints")
-        if module.code_for_node(branches[0].test) == HELPER_GATE and not (
-            cst_tools.imports_name(module, "sglang.srt.utils", HELPER)
-        ):
+        if module.code_for_node(
+            branches[0].test
+        ) == HELPER_GATE and HELPER not in cst_tools.imported_names(module, "sglang.srt.utils"):
             raise PostconditionFailed(f"the module does not import {HELPER}")
