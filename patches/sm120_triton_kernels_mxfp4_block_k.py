@@ -193,7 +193,6 @@ class Sm120TritonKernelsMxfp4BlockK(Patch):
             raise PostconditionFailed(f"{FUNCTION} has {len(branches)} branches for capability 12")
         if not _calls(branches[0].body, "update_opt_flags_constraints"):
             raise PostconditionFailed("capability 12's branch sets no opt_flags constraints")
-        if module.code_for_node(
-            branches[0].test
-        ) == HELPER_GATE and HELPER not in cst_tools.imported_names(module, "sglang.srt.utils"):
+        imported = cst_tools.imported_names(module, "sglang.srt.utils")
+        if module.code_for_node(branches[0].test) == HELPER_GATE and HELPER not in imported:
             raise PostconditionFailed(f"the module does not import {HELPER}")
