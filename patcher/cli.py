@@ -244,12 +244,16 @@ STATE_COLOURS = {
 }
 
 
+# Wide enough for the longest built-in id, so every row's file starts in one column.
+ID_WIDTH = 39
+
+
 def _row(state: str, patch_id: str, detail: str, err: bool = False) -> None:
     colour = _colour() and not err
     label = f"{state:<21}"
     if colour:
         label = _style(label, fg=STATE_COLOURS.get(state, "white"))
-    typer.echo(f"  {label} {patch_id:<28} {detail}".rstrip(), err=err, color=colour)
+    typer.echo(f"  {label} {patch_id:<{ID_WIDTH}} {detail}".rstrip(), err=err, color=colour)
 
 
 def _describe(outcome: Outcome) -> str:

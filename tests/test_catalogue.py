@@ -88,3 +88,9 @@ def test_production_code_checks_with_errors_not_assert() -> None:
         if isinstance(node, ast.Assert)
     ]
     assert found == []
+
+
+def test_the_cli_id_column_fits_every_built_in_id() -> None:
+    from sglpatch.cli import ID_WIDTH
+
+    assert max(len(p.id) for p in catalogue.load()) <= ID_WIDTH
