@@ -10,6 +10,10 @@ import zipfile
 from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sglpatch.patch import Patch
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SGLPATCH_WHEEL_CACHE", REPO / ".cache" / "wheels"))
@@ -158,3 +162,18 @@ def expected_states(release: str, applying: str) -> dict[str, str]:
         row.id: applying if row.outlook == "applies" else str(row.effect)
         for row in api.list_patches(release)
     }
+
+
+def assert_left_alone(patch: Patch, release: str) -> None:
+    """On a release with upstream's own fix, `patch` reports it and changes nothing."""
+    from packaging.version import Version
+
+    from sglpatch import engine
+    from sglpatch.results import AlreadyApplied
+
+    version = Version(release)
+    path = f"sglang/{patch.target_file(version)}"
+    change, outcomes = engine.transform_source(member(release, path), path, [patch], version)
+    outcome = outcomes[patch.id]
+    assert change is None, release
+    assert isinstance(outcome, AlreadyApplied) and outcome.by == "upstream", (release, outcome)

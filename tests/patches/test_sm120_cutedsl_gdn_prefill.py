@@ -14,7 +14,7 @@ from packaging.version import Version
 
 from sglpatch import engine
 from sglpatch.patches.sm120_cutedsl_gdn_prefill import OURS, UPSTREAM, Sm120CutedslGdnPrefill
-from sglpatch.results import AlreadyApplied, Applied
+from sglpatch.results import Applied
 from tests import wheels
 
 pytestmark = pytest.mark.wheel
@@ -80,11 +80,7 @@ def test_other_capabilities_keep_their_answer(release: str, capability: tuple[in
 
 
 def test_0_5_23_is_left_alone() -> None:
-    change, outcomes = engine.transform_source(
-        wheels.member(FIXED, KERNEL), KERNEL, [PATCH], Version(FIXED)
-    )
-    assert change is None
-    assert isinstance(outcomes[PATCH.id], AlreadyApplied) and outcomes[PATCH.id].by == "upstream"
+    wheels.assert_left_alone(PATCH, FIXED)
 
 
 def test_before_0_5_13_the_kernel_has_no_prefill_to_gate() -> None:

@@ -10,7 +10,7 @@ from packaging.version import Version
 from sglpatch import engine
 from sglpatch.patches.sm120_cutedsl_gdn_prefill import OURS, UPSTREAM
 from sglpatch.patches.sm120_cutedsl_kda_prefill import Sm120CutedslKdaPrefill
-from sglpatch.results import AlreadyApplied, Applied
+from sglpatch.results import Applied
 from tests import wheels
 from tests.patches.test_sm120_cutedsl_gdn_prefill import gate
 
@@ -56,11 +56,7 @@ def test_other_capabilities_keep_their_answer(release: str, capability: tuple[in
 
 
 def test_0_5_23_is_left_alone_and_0_5_13_has_no_gate() -> None:
-    change, outcomes = engine.transform_source(
-        wheels.member(FIXED, KERNEL), KERNEL, [PATCH], Version(FIXED)
-    )
-    assert change is None
-    assert isinstance(outcomes[PATCH.id], AlreadyApplied) and outcomes[PATCH.id].by == "upstream"
+    wheels.assert_left_alone(PATCH, FIXED)
     assert b"supports_prefill" not in wheels.member("0.5.13", KERNEL)
     assert PATCH.target_file(Version("0.5.13")) is None
 

@@ -21,7 +21,7 @@ from packaging.version import Version
 
 from sglpatch import engine
 from sglpatch.patches.sm120_nvfp4_moe_backend import METHOD, Sm120Nvfp4MoeBackend
-from sglpatch.results import AlreadyApplied, Applied
+from sglpatch.results import Applied
 from tests import wheels
 
 pytestmark = pytest.mark.wheel
@@ -149,12 +149,7 @@ def test_other_capabilities_choose_exactly_what_they_chose(
 
 @pytest.mark.parametrize("release", ["0.5.13", "0.5.14", "0.5.15", "0.5.19", "0.5.23"])
 def test_from_0_5_13_the_branch_is_upstream_and_the_file_is_left_alone(release: str) -> None:
-    path = f"sglang/{PATCH.target_file(Version(release))}"
-    change, outcomes = engine.transform_source(
-        wheels.member(release, path), path, [PATCH], Version(release)
-    )
-    assert change is None
-    assert isinstance(outcomes[PATCH.id], AlreadyApplied) and outcomes[PATCH.id].by == "upstream"
+    wheels.assert_left_alone(PATCH, release)
 
 
 def test_before_0_5_11_nvfp4_moe_never_defaulted_to_trtllm_gen() -> None:
