@@ -502,11 +502,35 @@ def test_the_scan_shared_with_a_worker_process_equals_the_scan_in_one(
     source = Source(trees["0.5.9"] / "sglang")
     helpers = devices.helpers_of(source)
     shared = scanner.Scan(source, helpers)
-    if shared.pool is None:
+    if shared.worker is None:
         pytest.skip("no fork or no second core here: the scan runs in one process anyway")
+    worker = shared.worker
     found = shared.result()
+    assert worker.exitcode is not None  # stopped, not left behind
     monkeypatch.setattr(scanner, "_FORK", None)
     alone = scanner.Scan(source, helpers)
-    assert alone.pool is None
+    assert alone.worker is None
     assert found == alone.result()
     assert len(found) > 20  # a real tree's gates, in the same order
+
+
+def test_a_scan_whose_worker_dies_finishes_in_the_caller(trees: dict[str, Path]) -> None:
+    source = Source(trees["0.5.9"] / "sglang")
+    helpers = devices.helpers_of(source)
+    shared = scanner.Scan(source, helpers)
+    if shared.worker is None:
+        pytest.skip("no fork or no second core here: the scan runs in one process anyway")
+    shared.worker.kill()
+    shared.worker.join()
+    assert shared.result() == scanner.scan(source, helpers)
+
+
+def test_a_scan_left_early_stops_its_worker(trees: dict[str, Path]) -> None:
+    shared = scanner.Scan(
+        Source(trees["0.5.9"] / "sglang"), devices.helpers_of(Source(trees["0.5.9"] / "sglang"))
+    )
+    if shared.worker is None:
+        pytest.skip("no fork or no second core here: the scan runs in one process anyway")
+    worker = shared.worker
+    shared.close()  # what diagnose does when the work beside the scan raises
+    assert not worker.is_alive()

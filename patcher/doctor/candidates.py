@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
+from sglpatch.doctor.source_tree import without_strings
+
 
 class Starts:
     """Line numbers of byte offsets, counted on demand: most files need a handful."""
@@ -85,6 +87,7 @@ def _evaluable(line: str) -> bool:
     stripped = line.strip()
     if stripped.startswith(_NOT_CODE) or _LISTED.fullmatch(stripped):
         return False
+    line = without_strings(line)  # `"needs capability >= 80"` decides nothing
     assigned = _ASSIGNED.match(line)
     if assigned and not _OPERATION.search(line, assigned.end()):
         return _DEVICE_RHS.search(line, assigned.end()) is not None
@@ -110,7 +113,7 @@ def with_aliases(text: str, data: bytes, starts: Starts, lines: list[int]) -> li
             text_line = source_lines[line - 1] if line <= len(source_lines) else ""
             match = _ASSIGNED.match(text_line)
             # Only a value made from the device (`sm = get_device_sm()`) makes an alias.
-            if match and _DEVICE_VALUE.search(text_line, match.end()):
+            if match and _DEVICE_VALUE.search(without_strings(text_line[match.end() :])):
                 names |= {n.strip(" ()") for n in match.group(1).split(",")}
         # `_` and one-letter names are everywhere: following them would parse whole modules.
         names = {n for n in names if n.isidentifier() and len(n) > 1} - done
@@ -125,3 +128,28 @@ def with_aliases(text: str, data: bytes, starts: Starts, lines: list[int]) -> li
         ]
         found |= set(new)
     return sorted(found)
+
+
+def naming_new(data: bytes, starts: Starts, helpers: Sequence[str]) -> list[int]:
+    """Lines that may name capability 12 itself (`== 12`, `>= 120`, `is_sm120_supported()`):
+    a function holding one has thought about 12, so the parse keeps them beside the gates."""
+    offsets = []
+    index = data.find(b"12")
+    while index != -1:
+        end = index + 2
+        if data[end : end + 1].isdigit():
+            end += 1
+        inside = _NUMBER_BYTE.match(data, end) or (index and _NUMBER_BYTE.match(data, index - 1))
+        if not inside:
+            offsets.append(index)
+        index = data.find(b"12", end)
+    for name in ("is_sm12", *helpers):
+        word = name.encode()
+        index = data.find(word)
+        while index != -1:
+            offsets.append(index)
+            index = data.find(word, index + len(word))
+    return sorted(set(starts.lines(iter(offsets))))
+
+
+_NUMBER_BYTE = re.compile(rb"[\w.]")

@@ -1,19 +1,22 @@
 """Parse only the parts of a module that hold given lines: the innermost `def` around each, or
-the top-level statement when there is none.
+the top-level statement when there is none; of a `def` or `class`, only its header and the
+statements of its body that hold a wanted or a context line.
 
-doctor's time goes into `ast.parse`: SGLang's gates sit in a few functions of large modules
-(server_args.py is 200 kB), so parsing the functions that hold them is several times cheaper
-than parsing the modules. Blocks are found by indentation; a block that does not parse on its
-own (a string starting at column 0 inside a function, say) makes the caller parse the whole
-module instead.
+doctor's time goes into `ast.parse`: SGLang's gates sit in a few statements of long functions in
+large modules (server_args.py is 200 kB), so parsing those statements is several times cheaper
+than parsing the functions, let alone the modules. Blocks are found by indentation; when the
+statements do not parse on their own the whole blocks are tried, and when those do not either (a
+string starting at column 0 inside a function, say) the caller parses the whole module.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import NamedTuple
+
+from sglpatch.doctor.source_tree import without_strings
 
 _DEF = re.compile(r"(\s*)(?:async\s+)?def\s")
 _STATEMENT_START = re.compile(r"[A-Za-z_@]")
@@ -105,18 +108,93 @@ class Parsed(NamedTuple):
         return [index[line] for line in lines if line in index]
 
 
-def parse(lines: Sequence[str], wanted: Sequence[int]) -> Parsed | None:
-    """The blocks around `wanted`, parsed as one text (one parse per file, no padding)."""
-    text: list[str] = []
-    real = [0]
-    for start, end, indent in blocks(lines, wanted):
-        for index in range(start - 1, end):
-            text.append(_dedent(lines[index], indent))
-            real.append(index + 1)
-    try:
-        return Parsed(ast.parse("\n".join(text)), text, real)
-    except (SyntaxError, ValueError):
-        return None
+def parse(
+    lines: Sequence[str], wanted: Sequence[int], context: Collection[int] = ()
+) -> Parsed | None:
+    """The blocks around `wanted`, parsed as one text (one parse per file, no padding).
+
+    Of a block that is a `def` or `class`, only the header and the body statements holding a
+    line of `wanted` or of `context` are kept: `context` names lines the caller needs beside
+    the wanted ones (a function's own test for 12, say), without making blocks of their own.
+    """
+    found = blocks(lines, wanted)
+    keep = {*wanted, *context}
+    narrowed = [piece for block in found for piece in _statements(lines, block, keep)]
+    attempts = [narrowed, found] if narrowed != found else [found]
+    for pieces in attempts:
+        text: list[str] = []
+        real = [0]
+        for start, end, indent in pieces:
+            for index in range(start - 1, end):
+                text.append(_dedent(lines[index], indent))
+                real.append(index + 1)
+        try:
+            return Parsed(ast.parse("\n".join(text)), text, real)
+        except (SyntaxError, ValueError):
+            continue
+    return None
+
+
+def _statements(
+    lines: Sequence[str], block: tuple[int, int, int], keep: Collection[int]
+) -> list[tuple[int, int, int]]:
+    """A `def` or `class` block as its header and the body statements holding a `keep` line;
+    any other block, or one whose header holds such a line, whole."""
+    start, end, indent = block
+    if not _HEADER.match(lines[start - 1]):
+        return [block]
+    header_end = _header_end(lines, start, end)
+    if header_end is None or any(line in keep for line in range(start, header_end + 1)):
+        return [block]
+    pieces = [(start, header_end, indent)]
+    for first, last in _body_statements(lines, header_end + 1, end):
+        if any(line in keep for line in range(first, last + 1)):
+            pieces.append((first, last, indent))
+    return pieces if len(pieces) > 1 else [block]
+
+
+_HEADER = re.compile(r"\s*(?:(?:async\s+)?def|class)\s")
+
+
+def _header_end(lines: Sequence[str], start: int, end: int) -> int | None:
+    """The last line of the signature starting at line `start`: brackets closed, then `:`.
+
+    None when the body shares the header's line (`def f(): return 1`) or the signature holds
+    something this cannot follow (a triple-quoted string)."""
+    depth = 0
+    for number in range(start, end + 1):
+        line = lines[number - 1]
+        if '"""' in line or "'''" in line:
+            return None
+        code = without_strings(line).split("#", 1)[0].rstrip()
+        depth += sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
+        if depth <= 0 and code.endswith(":"):
+            return number if number < end else None
+    return None
+
+
+def _body_statements(lines: Sequence[str], first: int, end: int) -> list[tuple[int, int]]:
+    """(first, last line) of each statement at the body's own indentation; a decorator stays
+    with the `def` or `class` it decorates."""
+    indent = None
+    starts: list[int] = []
+    decorated = False
+    for number in range(first, end + 1):
+        text = lines[number - 1]
+        level = _indent(text)
+        if level is None:
+            continue
+        if indent is None:
+            indent = level
+        if level != indent or _CONTINUES.match(text, level):
+            continue
+        if not decorated:
+            starts.append(number)
+        decorated = text.startswith("@", level)
+    return [
+        (start, (starts[i + 1] - 1) if i + 1 < len(starts) else end)
+        for i, start in enumerate(starts)
+    ]
 
 
 def _dedent(text: str, indent: int) -> str:

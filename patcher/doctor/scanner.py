@@ -1,27 +1,28 @@
 """Capability gates in SGLang's whole tree: which files can hold one, and which lines.
 
 A file is read as bytes and rejected by byte tests unless it names a capability word, a helper
-or a dict row keyed 9/10; in the rest, the candidate lines (`candidates`) and the functions
+or a dict row keyed 10; in the rest, the candidate lines (`candidates`) and the statements
 around them (`chunks`) are parsed and judged by `gates`, and major-keyed tables by `tables`.
-The files are shared with a forked worker process, so the scan uses both cores.
+A forked worker process scans beside the caller, so the scan uses both cores.
 """
 
 from __future__ import annotations
 
 import ast
-import concurrent.futures
 import multiprocessing
 import os
 import re
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+import signal
+from collections.abc import Mapping
+from multiprocessing.connection import Connection
+from typing import Any
 
-from sglpatch.doctor import candidates, chunks, gates, tables
+from sglpatch.doctor import candidates, chunks, devices, gates, tables
 from sglpatch.doctor.findings import Finding
 from sglpatch.doctor.source_tree import Source
 
-# Quick byte tests before any parsing: a capability word, a helper, or a dict row keyed 9/10.
-_ROW = re.compile(rb"(?:^|[{,])\s*(?:9|10)\s*:", re.MULTILINE)
+# Quick byte tests before any parsing: a capability word, a helper, or a dict row keyed 10
+# (`tables`). Each test is a search through every byte of the tree: they are few, and literal.
 _WORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"get_device_sm")
 
 
@@ -32,54 +33,94 @@ def scan(source: Source, helpers: Mapping[str, frozenset[int]]) -> list[Finding]
 class Scan:
     """A scan of the whole tree, started in a forked worker while the caller does other work.
 
-    The files go out in batches to one worker process; `result()` scans here every batch the
-    worker has not started yet (a future not yet running can be cancelled), so both cores stay
-    busy whatever the caller did meanwhile. Fork shares the loaded modules, so the worker costs
-    milliseconds; without fork or a second core the scan runs here, in `result()`.
+    The files are cut into batches that the worker takes from the front and `result()` from
+    the back until they meet, so both cores stay busy whatever the caller did meanwhile; the
+    worker sends back its findings only. Fork shares the loaded modules and the file list, so
+    the worker costs milliseconds; without fork or a second core the scan runs here.
     """
 
     def __init__(self, source: Source, helpers: Mapping[str, frozenset[int]]) -> None:
-        self.jobs = [
-            (path, source.shown(path), helpers)
-            for path in sorted(source.package_dir.rglob("*.py"))
-            if not _is_test(path.relative_to(source.package_dir).parts)
-        ]
+        self.helpers = helpers
+        self.jobs = _python_files(source)
         self.batches = [
-            list(range(start, min(start + _BATCH, len(self.jobs))))
+            range(start, min(start + _BATCH, len(self.jobs)))
             for start in range(0, len(self.jobs), _BATCH)
         ]
-        self.pool: concurrent.futures.ProcessPoolExecutor | None = None
-        self.futures: list[concurrent.futures.Future[dict[int, list[Finding]]]] = []
+        # The worker takes batches from the front, the caller from the back. No lock (a worker
+        # killed holding one would hang the caller): at worst both scan the last batch.
+        self.front: Any = _Counter(0)
+        self.back: Any = _Counter(len(self.batches))
+        self.worker: Any = None  # multiprocessing's process type is private to its context
+        self.results: Connection | None = None
         if _FORK is not None and (os.cpu_count() or 1) > 1 and len(self.batches) > 1:
-            self.pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=_FORK)
-            self.futures = [
-                self.pool.submit(_scan_many, [(i, self.jobs[i]) for i in batch])
-                for batch in self.batches
-            ]
+            self.front = _FORK.RawValue("i", 0)
+            self.back = _FORK.RawValue("i", len(self.batches))
+            self.results, sent = _FORK.Pipe(duplex=False)
+            self.worker = _FORK.Process(target=self._work, args=(sent,), daemon=True)
+            self.worker.start()
+            sent.close()
 
     def result(self) -> list[Finding]:
         found: dict[int, list[Finding]] = {}
-        if self.pool is None:
-            found = _scan_many(list(enumerate(self.jobs)))
-        else:
-            with self.pool:
-                # From the back: the worker takes batches from the front.
-                for future, batch in reversed(list(zip(self.futures, self.batches, strict=True))):
-                    if future.cancel():
-                        found.update(_scan_many([(i, self.jobs[i]) for i in batch]))
-                for future in self.futures:
-                    if not future.cancelled():
-                        found.update(future.result())
-        return [finding for index in range(len(self.jobs)) for finding in found[index]]
+        done = set()
+        while (number := self.back.value - 1) >= self.front.value:
+            self.back.value = number
+            found.update(self._scan_batch(number))
+            done.add(number)
+        if self.results is not None:
+            while len(done) < len(self.batches):
+                try:
+                    number, findings = self.results.recv()
+                except EOFError:  # the worker died: scan here what it did not send
+                    for number in set(range(len(self.batches))) - done:
+                        found.update(self._scan_batch(number))
+                    break
+                found.update(findings)
+                done.add(number)
+            self.close()
+        return [finding for index in range(len(self.jobs)) for finding in found.get(index, ())]
 
     def close(self) -> None:
-        """Drop the batches not started (after `result()`, there are none)."""
-        if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the worker (after `result()`, it has finished)."""
+        if self.worker is not None:
+            self.worker.terminate()
+            self.worker.join()
+            self.worker = None
+        if self.results is not None:
+            self.results.close()
+            self.results = None
+
+    def _work(self, sent: Connection) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C and stops us
+        while (number := self.front.value) < self.back.value:
+            self.front.value = number + 1
+            sent.send((number, self._scan_batch(number)))
+
+    def _scan_batch(self, number: int) -> dict[int, list[Finding]]:
+        """The files of one batch that hold findings, with them."""
+        found = {}
+        for index in self.batches[number]:
+            path, shown = self.jobs[index]
+            try:
+                with open(path, "rb") as file:  # noqa: PTH123 (see _python_files)
+                    data = file.read()
+            except OSError:
+                continue
+            if findings := scan_bytes(data, shown, self.helpers):
+                found[index] = findings
+        return found
 
 
 _BATCH = 100
-_Job = tuple[int, tuple[Path, str, Mapping[str, frozenset[int]]]]
+
+
+class _Counter:
+    """A batch counter for a scan without a worker: `.value`, like multiprocessing's."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
 _FORK = (
     multiprocessing.get_context("fork")
     if "fork" in multiprocessing.get_all_start_methods()
@@ -87,29 +128,31 @@ _FORK = (
 )
 
 
-def _scan_many(jobs: Sequence[_Job]) -> dict[int, list[Finding]]:
-    return {index: _scan_path(job) for index, job in jobs}
-
-
-def _is_test(parts: tuple[str, ...]) -> bool:
-    """SGLang ships its tests and benchmarks; they gate what they test, not what a server runs."""
-    return any(p in ("test", "tests", "benchmark") for p in parts[:-1]) or parts[-1].startswith(
-        "test_"
-    )
-
-
-def _scan_path(job: tuple[Path, str, Mapping[str, frozenset[int]]]) -> list[Finding]:
-    path, shown, helpers = job
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return []
-    return scan_bytes(data, shown, helpers)
+def _python_files(source: Source) -> list[tuple[str, str]]:
+    """(path, shown) of the tree's `.py` files in a fixed order, tests and benchmarks left out;
+    plain strings: a Path per file costs more than the byte tests that reject most of them."""
+    root = str(source.package_dir)
+    found = []
+    for folder, subfolders, files in os.walk(root):
+        subfolders.sort()
+        relative = os.path.relpath(folder, root)
+        parts = () if relative == "." else tuple(relative.split(os.sep))  # noqa: PTH206
+        if any(p in ("test", "tests", "benchmark") for p in parts):
+            subfolders.clear()
+            continue
+        prefix = "/".join(("sglang", *parts)) + "/"
+        found += [
+            (os.path.join(folder, name), prefix + name)  # noqa: PTH118
+            for name in sorted(files)
+            if name.endswith(".py") and not name.startswith("test_")
+        ]
+    found.sort(key=lambda job: job[1].split("/"))  # the order of sorted Paths, part by part
+    return found
 
 
 def scan_bytes(data: bytes, shown: str, helpers: Mapping[str, frozenset[int]]) -> list[Finding]:
     """The findings in one file's bytes; `shown` names it (`sglang/srt/...`)."""
-    rows = (b"9:" in data or b"10:" in data) and _ROW.search(data) is not None
+    rows = _has_row(data)
     if not rows and not any(word in data for word in _WORDS):
         return []
     text = data.decode("utf-8", errors="replace")
@@ -121,7 +164,10 @@ def scan_bytes(data: bytes, shown: str, helpers: Mapping[str, frozenset[int]]) -
     if not lines and not rows:
         return []
     # Tables need every read of their name, so a file with rows is parsed whole.
-    parsed = None if rows else chunks.parse(source_lines, lines)
+    parsed = None
+    if not rows:
+        naming_new = candidates.naming_new(data, starts, _new_helpers(helpers))
+        parsed = chunks.parse(source_lines, lines, naming_new)
     if parsed is not None:
         tree, scanned, wanted, real = parsed.tree, parsed.lines, parsed.wanted(lines), parsed.real
     else:
@@ -139,4 +185,24 @@ def scan_bytes(data: bytes, shown: str, helpers: Mapping[str, frozenset[int]]) -
     return sorted(set(found), key=lambda f: (f.line, f.kind))
 
 
+def _has_row(data: bytes) -> bool:
+    """A dict row keyed 10: `10:` after `{`, `,` or at a line's start, spaces between."""
+    index = data.find(b"10:")
+    while index != -1:
+        before = index - 1
+        while before >= 0 and data[before] in _BLANK:
+            before -= 1
+        if before < 0 or data[before] in _ROW_START or b"\n" in data[before:index]:
+            return True
+        index = data.find(b"10:", index + 3)
+    return False
+
+
+_BLANK = frozenset(b" \t\r\n\f\v")
+_ROW_START = frozenset(b"{,")
 _DEFINED = re.compile(r"^\s*def\s+(is_\w+)", re.MULTILINE)
+
+
+def _new_helpers(helpers: Mapping[str, frozenset[int]]) -> list[str]:
+    """The helpers true on capability 12 alone (`is_sm120_supported`)."""
+    return [name for name, majors in helpers.items() if majors == {devices.NEW}]

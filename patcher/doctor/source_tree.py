@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -45,6 +46,15 @@ class Source:
         parts = path.relative_to(self.package_dir).with_suffix("").parts
         parts = parts[:-1] if parts and parts[-1] == "__init__" else parts
         return ".".join(("sglang", *parts))
+
+
+# A string literal on one line, quotes escaped inside it; a prefix (`f"..."`) stays outside.
+_ONE_LINE_STRING = re.compile(r"'[^'\\\n]*(?:\\.[^'\\\n]*)*'" + r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"')
+
+
+def without_strings(line: str) -> str:
+    """A line of code with its one-line string literals emptied: words in them decide nothing."""
+    return _ONE_LINE_STRING.sub("''", line) if "'" in line or '"' in line else line
 
 
 def absolute_module(node: ast.ImportFrom, module: str) -> str | None:
