@@ -101,11 +101,12 @@ def _code_lines(
     return [n for n in _lines_of(matches, starts) if not lines[n - 1].lstrip().startswith("#")]
 
 
-def with_aliases(text: str, data: bytes, starts: Starts, lines: list[int]) -> list[int]:
+def with_aliases(
+    source_lines: Sequence[str], data: bytes, starts: Starts, lines: list[int]
+) -> list[int]:
     """Add the lines that use a name assigned on a candidate line (`sm = get_device_sm()`)."""
     found = set(lines)
     done: set[str] = set()
-    source_lines = text.splitlines()
     new = list(lines)
     for _ in range(2):
         names: set[str] = set()

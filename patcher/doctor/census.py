@@ -15,112 +15,128 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from sglpatch.doctor import chunks
 from sglpatch.doctor.source_tree import Source, absolute_module
 from sglpatch.errors import UsageError
 
 
-@dataclass(frozen=True)
 class _Summary:
-    """What model resolution needs from one module: small enough to send between processes."""
+    """One module's classes, imports and EntryClass, read from its text, not parsed.
 
-    # name -> (base names, members, attributes its methods set on self)
-    classes: dict[str, tuple[tuple[str, ...], frozenset[str], frozenset[str]]]
-    imports: dict[str, tuple[str, str]]  # local name -> (absolute module, name there)
-    entry: tuple[str, ...]
-
-
-def summarize(data: bytes, module: str) -> _Summary | None:
-    """Classes, imports and EntryClass of a models module, read from its lines, not parsed.
-
-    Models modules are the largest part of SGLang; parsing them all took doctor seconds. A class
-    is its header and the lines indented under it: members are the names defined at the body's
-    own indentation, attributes the `self.x =` in its `__init__`.
+    Models modules are the largest part of SGLang; parsing them all took doctor seconds. Class
+    headers are found up front; a class's members (the names its body defines at its own
+    indentation) and attributes (the `self.x =` of its `__init__`) are read when asked for,
+    which is for the registered classes and their bases, not the layers around them.
     """
-    text = data.decode("utf-8", errors="replace")
-    lines = text.splitlines()
-    classes = {}
-    start, counted = 0, 0
-    for match in _CLASS.finditer(text):
-        start += text.count("\n", counted, match.start())  # from the previous header on
-        counted = match.start()
-        bases = tuple(
-            name
-            for base in (match.group(2) or "").split(",")
-            if (name := base.strip()).isidentifier()
-        )
-        members, attributes = _members(_block(lines, start))
-        classes[match.group(1)] = (bases, frozenset(members), frozenset(attributes))
-    imports = {}
-    for match in _FROM.finditer(text):
-        level = len(match.group(1)) - len(match.group(1).lstrip("."))
-        node = ast.ImportFrom(module=match.group(1).lstrip(".") or None, names=[], level=level)
-        base = absolute_module(node, module)
-        if not base:
-            continue
-        for item in match.group(2).strip("()").replace("\n", " ").split(","):
-            parts = item.split("#")[0].split()
-            if len(parts) == 1 and parts[0].isidentifier():
-                imports[parts[0]] = (base, parts[0])
-            elif len(parts) == 3 and parts[1] == "as":
-                imports[parts[2]] = (base, parts[0])
-    entry = _ENTRY.search(text)
-    names: tuple[str, ...] = ()
-    if entry:
-        names = tuple(n for n in re.findall(r"\w+", entry.group(1)) if n.isidentifier())
-    return _Summary(classes, imports, names)
+
+    def __init__(self, text: str, module: str) -> None:
+        self.text = text
+        self.module = module
+        # name -> (base names, offset where its body starts, offset where it ends)
+        self.classes: dict[str, tuple[tuple[str, ...], int, int]] = {}
+        for match in _starts(text, _CLASS, "class"):
+            bases = tuple(
+                name
+                for base in (match.group(2) or "").split(",")
+                if (name := base.strip()).isidentifier()
+            )
+            end = _TOP_LEVEL.search(text, match.end())
+            self.classes[match.group(1)] = (bases, match.end(), end.start() if end else len(text))
+        entry = next(_starts(text, _ENTRY, "EntryClass"), None)
+        self.entry: tuple[str, ...] = ()
+        if entry:
+            self.entry = tuple(n for n in re.findall(r"\w+", entry.group(1)) if n.isidentifier())
+        self._imports: dict[str, tuple[str, str]] | None = None
+        self._read: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+
+    @property
+    def imports(self) -> dict[str, tuple[str, str]]:
+        """local name -> (absolute module, name there)."""
+        if self._imports is None:
+            self._imports = {}
+            for match in _FROM.finditer(self.text):
+                level = len(match.group(1)) - len(match.group(1).lstrip("."))
+                module = match.group(1).lstrip(".") or None
+                node = ast.ImportFrom(module=module, names=[], level=level)
+                base = absolute_module(node, self.module)
+                if not base:
+                    continue
+                for item in match.group(2).strip("()").replace("\n", " ").split(","):
+                    parts = item.split("#")[0].split()
+                    if len(parts) == 1 and parts[0].isidentifier():
+                        self._imports[parts[0]] = (base, parts[0])
+                    elif len(parts) == 3 and parts[1] == "as":
+                        self._imports[parts[2]] = (base, parts[0])
+        return self._imports
+
+    def members(self, name: str) -> frozenset[str]:
+        return self._class(name)[0]
+
+    def attributes(self, name: str) -> frozenset[str]:
+        return self._class(name)[1]
+
+    def _class(self, name: str) -> tuple[frozenset[str], frozenset[str]]:
+        if name not in self._read:
+            _, start, end = self.classes[name]
+            body = self.text[start:end]
+            indent = _BODY_INDENT.search(body)
+            if indent is None:
+                self._read[name] = (frozenset(), frozenset())
+            else:
+                member, init, next_member = _at_indent(indent.group(1))
+                members = frozenset(a or b for a, b in member.findall(body))
+                attributes: set[str] = set()
+                for header in init.finditer(body):
+                    after = next_member.search(body, header.end())
+                    stop = after.start() if after else len(body)
+                    attributes.update(_SELF.findall(body, header.end(), stop))
+                self._read[name] = (members, frozenset(attributes))
+        return self._read[name]
 
 
-_CLASS = re.compile(r"^class\s+(\w+)\s*(?:\(([^)]*)\))?\s*:", re.MULTILINE)
+def summarize(data: bytes, module: str) -> _Summary:
+    return _Summary(data.decode("utf-8", errors="replace"), module)
+
+
+def _starts(text: str, pattern: re.Pattern[str], word: str) -> Iterator[re.Match[str]]:
+    """`pattern` matched at each line that starts with `word`: str.find is far faster than a
+    regex anchored at every line start."""
+    if text.startswith(word) and (match := pattern.match(text)):
+        yield match
+    found = text.find("\n" + word) + 1
+    while found:
+        if match := pattern.match(text, found):
+            yield match
+        found = text.find("\n" + word, found) + 1
+
+
+_CLASS = re.compile(r"class\s+(\w+)\s*(?:\(([^)]*)\))?\s*:")
 _FROM = re.compile(r"^[ \t]*from\s+([.\w]+)\s+import\s+(\([^)]*\)|[^\n]*)", re.MULTILINE)
-_ENTRY = re.compile(r"^EntryClass\s*=\s*(\[[^\]]*\]|\([^)]*\)|[^\n]*)", re.MULTILINE)
-_MEMBER = re.compile(r"(?:async\s+)?def\s+(\w+)|(\w+)\s*(?::[^=]*)?=(?!=)")
-_SELF = re.compile(r"self\.(\w+)\s*(?::[^=]*)?=(?!=)")
+_ENTRY = re.compile(r"EntryClass\s*=\s*(\[[^\]]*\]|\([^)]*\)|[^\n]*)")
+# The end of a class: the next line of code at column 0 (not a comment or a closing bracket).
+_TOP_LEVEL = re.compile(r"\n(?=[^\s#)\]}])")
+_BODY_INDENT = re.compile(r"\n([ \t]+)[^\s#]")
 
 
-def _block(lines: Sequence[str], header: int) -> list[str]:
-    """The lines of the class whose header is at `header`, up to the next top-level code."""
-    body = []
-    for line in lines[header + 1 :]:
-        if line and not line[0].isspace() and not line.startswith(("#", ")", "]", "}")):
-            break
-        body.append(line)
-    return body
+@functools.cache
+def _at_indent(indent: str) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """At a class body's own indentation: a member (a def, or a name assigned, annotated or
+    not), the `__init__` header, and the next line of code (where a member ends)."""
+    at = re.escape(indent)
+    return (
+        re.compile(rf"^{at}(?:(?:async\s+)?def\s+(\w+)|(\w+)\s*(?::[^=\n]*)?=(?!=))", re.M),
+        re.compile(rf"^{at}def __init__\b", re.M),
+        re.compile(rf"^{at}(?=[^\s#)\]}}])", re.M),
+    )
 
 
-def _members(body: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The names a class body defines at its own indentation, and the `self.x =` of its
-    `__init__`, in one pass over the body."""
-    members: list[str] = []
-    attributes: list[str] = []
-    indent = None
-    for line in body:
-        stripped = line.lstrip()
-        if stripped and not stripped.startswith("#"):
-            indent = len(line) - len(stripped)
-            break
-    if indent is None:
-        return members, attributes
-    inside = False
-    for line in body:
-        stripped = line.lstrip()
-        level = len(line) - len(stripped)
-        if level == indent and indent and stripped:
-            match = _MEMBER.match(line, indent)
-            if match:
-                members.append(match.group(1) or match.group(2))
-        if not stripped or stripped[0] == "#":
-            continue
-        if level == indent and not stripped.startswith((")", "]", "}")):
-            inside = stripped.startswith("def __init__")
-        elif inside:
-            attributes += _SELF.findall(stripped)
-    return members, attributes
+_SELF = re.compile(r"self\.(\w+)\s*(?::[^=\n]*)?=(?!=)")
 
 
 def _summarize_path(job: tuple[Path, str]) -> tuple[Path, _Summary | None]:
@@ -164,19 +180,24 @@ class Models:
         return None
 
     def members(self, path: Path, name: str) -> set[str]:
-        return self._collect(path, name, 1, set())
+        return self._collect(path, name, _Summary.members, set())
 
     def attributes(self, path: Path, name: str) -> set[str]:
-        return self._collect(path, name, 2, set())
+        return self._collect(path, name, _Summary.attributes, set())
 
-    def _collect(self, path: Path, name: str, field: int, seen: set[tuple[Path, str]]) -> set[str]:
+    def _collect(
+        self,
+        path: Path,
+        name: str,
+        field: Callable[[_Summary, str], frozenset[str]],
+        seen: set[tuple[Path, str]],
+    ) -> set[str]:
         summary = self.summary(path)
         if summary is None or (path, name) in seen or name not in summary.classes:
             return set()
         seen.add((path, name))
-        info = summary.classes[name]
-        found = set(info[field])
-        for base in info[0]:
+        found = set(field(summary, name))
+        for base in summary.classes[name][0]:
             resolved = self.resolve(path, base)
             if resolved is not None:
                 found |= self._collect(*resolved, field, seen)
@@ -227,10 +248,13 @@ def registered(source: Source, models: Models, paths: Sequence[Path]) -> list[Re
 _DRAFT = re.compile(r"(?:NextN|MTP|Eagle\d*)$")
 
 
+_REGISTRY_LINES = re.compile(r"def is_generation_model\b|architectures.*=\s*[\"']")
+
+
 def _registry(source: Source) -> tuple[set[str], set[str]]:
     """Architectures SGLang calls non-generative, and the draft ones it rewrites to."""
     config = source.package_dir / "srt" / "configs" / "model_config.py"
-    tree = source.tree(config) if config.is_file() else None
+    tree = chunks.around(source.text(config), _REGISTRY_LINES) if config.is_file() else None
     not_generation: set[str] = set()
     drafts: set[str] = set()
     for node in ast.walk(tree) if tree else ():

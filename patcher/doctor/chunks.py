@@ -122,17 +122,49 @@ def parse(
     narrowed = [piece for block in found for piece in _statements(lines, block, keep)]
     attempts = [narrowed, found] if narrowed != found else [found]
     for pieces in attempts:
-        text: list[str] = []
-        real = [0]
-        for start, end, indent in pieces:
-            for index in range(start - 1, end):
-                text.append(_dedent(lines[index], indent))
-                real.append(index + 1)
-        try:
-            return Parsed(ast.parse("\n".join(text)), text, real)
-        except (SyntaxError, ValueError):
-            continue
+        while True:
+            text: list[str] = []
+            real = [0]
+            for start, end, indent in pieces:
+                for index in range(start - 1, end):
+                    text.append(_dedent(lines[index], indent))
+                    real.append(index + 1)
+            try:
+                return Parsed(ast.parse("\n".join(text)), text, real)
+            except SyntaxError as error:
+                prose = _prose(
+                    pieces, real[error.lineno] if 0 < (error.lineno or 0) < len(real) else 0
+                )
+                if prose is None:
+                    break
+                pieces = [piece for piece in pieces if piece != prose]
+            except ValueError:
+                break
     return None
+
+
+def _prose(pieces: Sequence[tuple[int, int, int]], line: int) -> tuple[int, int, int] | None:
+    """The piece that is line `line` alone at column 0, when it is one: inside a module's
+    docstring, prose that names a capability is no statement, and is left out."""
+    for piece in pieces:
+        if piece == (line, line, 0):
+            return piece
+    return None
+
+
+def around(text: str, pattern: re.Pattern[str]) -> ast.Module | None:
+    """The parts of a module around the lines matching `pattern`, parsed (the whole module when
+    they do not parse alone); None when nothing matches or the module does not parse."""
+    lines = sorted({text.count("\n", 0, m.start()) + 1 for m in pattern.finditer(text)})
+    if not lines:
+        return None
+    chunk = parse(text.splitlines(), lines)
+    if chunk is not None:
+        return chunk.tree
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
 
 
 def _statements(

@@ -10,6 +10,7 @@ import ast
 import re
 from collections.abc import Iterator, Mapping, Sequence
 
+from sglpatch.doctor import chunks
 from sglpatch.doctor.source_tree import Source
 
 Device = tuple[int, int]  # (major, minor)
@@ -63,7 +64,7 @@ def helpers_of(source: Source) -> dict[str, frozenset[int]]:
     text = source.text(utils)
     if "device_capability_majors" not in text:
         return table
-    tree = source.tree(utils)
+    tree = chunks.around(text, re.compile("device_capability_majors"))
     for node in tree.body if tree else ():
         if not isinstance(node, ast.Assign):
             continue

@@ -11,17 +11,11 @@ from __future__ import annotations
 
 import ast
 import re
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from sglpatch.doctor import chunks
-from sglpatch.doctor.source_tree import (
-    Source,
-    absolute_module,
-    chain,
-    walk_with_ancestors,
-)
+from sglpatch.doctor.source_tree import Source, chain, imported_modules, walk_with_ancestors
 
 # torch.nn.Module's own methods: every model has them through a base outside SGLang.
 NN_MODULE_METHODS = frozenset(
@@ -36,26 +30,15 @@ NN_MODULE_METHODS = frozenset(
 def requirements(source: Source) -> dict[str, tuple[str, ...]]:
     """Methods the EAGLE path calls on the target model, with the places that call them."""
     found: dict[str, list[str]] = {}
-    for path, tree in _eagle_worker_files(source):
-        lines = _lines_matching(source.text(path), _TARGET_CALL)
-        for call, method in _calls(tree, lines, _is_target_model):
-            found.setdefault(method, []).append(f"{source.shown(path)}:{call.lineno}")
+    for path, text in _eagle_worker_files(source):
+        for line, method in _calls_in(text, _TARGET_CALL, _is_target_model):
+            found.setdefault(method, []).append(f"{source.shown(path)}:{line}")
     executor = source.package_dir / "srt" / "model_executor"
     for path in sorted(executor.rglob("*.py")):
         text = source.text(path)
-        if "eagle" not in text.lower() or not (lines := _lines_matching(text, _MODEL_CALL)):
+        if "eagle" not in text.lower():
             continue
-        # The model runner is thousands of lines: parse only the functions holding the calls.
-        chunk = chunks.parse(text.splitlines(), lines)
-        parsed: ast.Module | None
-        if chunk is not None:
-            parsed, wanted, real = chunk.tree, chunk.wanted(lines), chunk.real
-        else:
-            parsed, wanted, real = source.tree(path), lines, None
-        if parsed is None:
-            continue
-        for call, method in _calls(parsed, wanted, _is_runner_model, within=_on_eagle_path):
-            line = real[call.lineno] if real else call.lineno
+        for line, method in _calls_in(text, _MODEL_CALL, _is_runner_model, _on_eagle_path):
             found.setdefault(method, []).append(f"{source.shown(path)}:{line}")
     return {
         method: tuple(places)
@@ -68,57 +51,47 @@ _TARGET_CALL = re.compile(r"(?:target_model|model_runner\s*\.\s*model)\s*\.\s*\w
 _MODEL_CALL = re.compile(r"\bmodel\s*\.\s*\w+\s*\(")
 
 
-def _lines_matching(text: str, pattern: re.Pattern[str]) -> list[int]:
-    return sorted({text.count("\n", 0, m.start()) + 1 for m in pattern.finditer(text)})
+def _calls_in(
+    text: str,
+    pattern: re.Pattern[str],
+    receiver_matches: Callable[[ast.expr], bool],
+    within: Callable[[Sequence[ast.AST]], bool] | None = None,
+) -> Iterator[tuple[int, str]]:
+    """(line, method) of the calls on lines matching `pattern`. The model runner and the
+    workers are thousands of lines: only the functions holding such lines are parsed."""
+    lines = sorted({text.count("\n", 0, m.start()) + 1 for m in pattern.finditer(text)})
+    if not lines:
+        return
+    chunk = chunks.parse(text.splitlines(), lines)
+    if chunk is not None:
+        tree, wanted, real = chunk.tree, chunk.wanted(lines), chunk.real
+    else:
+        try:
+            tree, wanted, real = ast.parse(text), lines, list(range(text.count("\n") + 2))
+        except (SyntaxError, ValueError):
+            return
+    for call, method in _calls(tree, wanted, receiver_matches, within):
+        yield real[call.lineno], method
 
 
-def _eagle_worker_files(source: Source) -> Iterator[tuple[Path, ast.Module]]:
+def _eagle_worker_files(source: Source) -> Iterator[tuple[Path, str]]:
     """The EAGLE worker modules, and the speculative-decoding modules they import."""
     speculative = source.package_dir / "srt" / "speculative"
     workers = sorted(p for p in speculative.rglob("*.py") if "eagle" in p.name)
     seen: set[Path] = set()
     for path in workers:
-        tree = source.tree(path)
-        if tree is None:
-            continue
+        text = source.text(path)
         helpers = [
             source.module_file(name)
-            for name in _imported_modules(tree, source.dotted(path))
+            for name in imported_modules(text, source.dotted(path))
             if name.startswith("sglang.srt.speculative")
         ]
         for candidate in (path, *helpers):
             if candidate is not None and candidate not in seen:
                 seen.add(candidate)
-                text = source.text(candidate)
-                if "target_model" not in text and "target_worker" not in text:
-                    continue
-                candidate_tree = source.tree(candidate)
-                if candidate_tree is not None:
-                    yield candidate, candidate_tree
-
-
-def _imported_modules(tree: ast.Module, module: str) -> Iterator[str]:
-    for node in _statements(tree):
-        if isinstance(node, ast.ImportFrom):
-            base = absolute_module(node, module)
-            if base:
-                yield base
-                yield from (f"{base}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-
-
-def _statements(tree: ast.Module) -> Iterator[ast.AST]:
-    """`ast.walk`'s order without entering expressions: imports are statements, and expressions
-    are most of a module's nodes."""
-    queue: deque[ast.AST] = deque([tree])
-    while queue:
-        node = queue.popleft()
-        queue.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _NO_STATEMENTS))
-        yield node
-
-
-_NO_STATEMENTS = (ast.expr, ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
+                candidate_text = text if candidate == path else source.text(candidate)
+                if "target_model" in candidate_text or "target_worker" in candidate_text:
+                    yield candidate, candidate_text
 
 
 def _is_target_model(receiver: ast.expr) -> bool:

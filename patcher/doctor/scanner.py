@@ -159,7 +159,7 @@ def scan_bytes(data: bytes, shown: str, helpers: Mapping[str, frozenset[int]]) -
     starts = candidates.Starts(data)
     source_lines = text.splitlines()
     lines = candidates.with_aliases(
-        text, data, starts, candidates.keyword_lines(data, starts, source_lines)
+        source_lines, data, starts, candidates.keyword_lines(data, starts, source_lines)
     )
     if not lines and not rows:
         return []

@@ -64,6 +64,34 @@ def absolute_module(node: ast.ImportFrom, module: str) -> str | None:
     return ".".join([*package, node.module] if node.module else package) or None
 
 
+def imported_modules(text: str, module: str) -> Iterator[str]:
+    """The modules a module's text imports (`from a import b`: `a` and `a.b`), read from its
+    lines, not parsed: an import is a statement of its own, on lines of its own."""
+    for match in _IMPORT.finditer(text):
+        if match.group(1) is not None:
+            level = len(match.group(1)) - len(match.group(1).lstrip("."))
+            node = ast.ImportFrom(module=match.group(1).lstrip(".") or None, names=[], level=level)
+            base = absolute_module(node, module)
+            if not base:
+                continue
+            yield base
+            for item in match.group(2).strip("()").replace("\\", " ").split(","):
+                parts = item.split("#")[0].split()
+                if parts and parts[0].isidentifier():
+                    yield f"{base}.{parts[0]}"
+        else:
+            for item in match.group(3).split("#")[0].split(","):
+                parts = item.split()
+                if parts:
+                    yield parts[0]
+
+
+_IMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)|import[ \t]+([^\n]*))",
+    re.MULTILINE,
+)
+
+
 def chain(node: ast.expr) -> list[str]:
     """`self.target_worker.model_runner.model` -> ["self", "target_worker", ...]."""
     names: list[str] = []
