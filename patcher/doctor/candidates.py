@@ -30,7 +30,9 @@ class Starts:
         return found
 
 
-_DEVICE_VALUE = re.compile(r"is_sm\d|blackwell|hopper_with|get_device_sm|apabilit|APABILIT")
+# "capability" as a word or a prefix (`capability_int`), not `capabilities` or a class name.
+_CAPABILITY = r"(?:apability|APABILITY)(?![A-Za-z])"
+_DEVICE_VALUE = re.compile(rf"(?:is_sm\d|blackwell|hopper_with|get_device_sm|{_CAPABILITY})\w*")
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w, ()]*?)\s*=(?!=)")
 
 
@@ -55,10 +57,17 @@ def keyword_lines(data: bytes, starts: Starts, lines: Sequence[str]) -> list[int
                 )
             elif word == b"is_sm":
                 whole = data[end : end + 1].isdigit()
+            elif word in (b"apabilit", b"APABILIT"):
+                # capability, CAPABILITY_x: not capabilities, not a class like CapabilityRequirement
+                whole = (
+                    data[end : end + 1] in (b"y", b"Y") and not data[end + 1 : end + 2].isalpha()
+                )
             else:
                 whole = True
-            if whole:
-                offsets.append(index)
+            if not whole:  # the next one on this line may be
+                index = data.find(word, end)
+                continue
+            offsets.append(index)
             newline = data.find(b"\n", index)
             if newline == -1:
                 break
@@ -73,7 +82,7 @@ _HELPER_WORD = re.compile(
 _OPERATION = re.compile(r"[<>]|[=!]=|\bin\b|\[\s*[01]\s*\]")
 _NOT_CODE = ("#", "import ", "from ", "def ", "async def ", "class ", "@")
 _LISTED = re.compile(r"[\w.]+,?")  # `get_device_capability,` inside an import list
-_DEVICE_RHS = re.compile(r"is_sm\d|blackwell|hopper_with|get_device_sm|apabilit|APABILIT|\bmajor\b")
+_DEVICE_RHS = re.compile(rf"is_sm\d|blackwell|hopper_with|get_device_sm|{_CAPABILITY}|\bmajor\b")
 
 
 def _evaluable(line: str) -> bool:
@@ -113,8 +122,7 @@ def with_aliases(
         for line in new:
             text_line = source_lines[line - 1] if line <= len(source_lines) else ""
             match = _ASSIGNED.match(text_line)
-            # Only a value made from the device (`sm = get_device_sm()`) makes an alias.
-            if match and _DEVICE_VALUE.search(without_strings(text_line[match.end() :])):
+            if match and _made_from_device(without_strings(text_line[match.end() :])):
                 names |= {n.strip(" ()") for n in match.group(1).split(",")}
         # `_` and one-letter names are everywhere: following them would parse whole modules.
         names = {n for n in names if n.isidentifier() and len(n) > 1} - done
@@ -129,6 +137,20 @@ def with_aliases(
         ]
         found |= set(new)
     return sorted(found)
+
+
+def _made_from_device(value: str) -> bool:
+    """Only a value made from the device (`sm = get_device_sm()`, `cap[0]`) makes an alias; a
+    device word passed on as an argument (pynvml's `ret = fn(device, capability)`), inside a
+    type's name (`_nvmlDeviceVgpuCapability_t(...)`) or in a comment does not."""
+    value = value.split("#", 1)[0]
+    for match in _DEVICE_VALUE.finditer(value):
+        start = match.start()
+        if start > 1 and value[start - 1] == "C" and value[start - 2].islower():
+            continue  # CamelCase: a type
+        if not value[match.end() :].lstrip().startswith((",", ")")):
+            return True
+    return False
 
 
 def naming_new(data: bytes, starts: Starts, helpers: Sequence[str]) -> list[int]:
