@@ -36,10 +36,6 @@ _DEVICE_VALUE = re.compile(rf"(?:is_sm\d|blackwell|hopper_with|get_device_sm|{_C
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w, ()]*?)\s*=(?!=)")
 
 
-def _lines_of(matches: Iterator[re.Match[bytes]], starts: Starts) -> list[int]:
-    return sorted(set(starts.lines(m.start() for m in matches)))
-
-
 _KEYWORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"get_device_sm", b"hopper_with",
              b"ampere_with", b"major")  # fmt: skip
 
@@ -103,11 +99,25 @@ def _evaluable(line: str) -> bool:
     return _HELPER_WORD.search(line) is not None or _OPERATION.search(line) is not None
 
 
-def _code_lines(
-    matches: Iterator[re.Match[bytes]], starts: Starts, lines: Sequence[str]
-) -> list[int]:
-    """Lines with a match, comments left out."""
-    return [n for n in _lines_of(matches, starts) if not lines[n - 1].lstrip().startswith("#")]
+def _code_lines(offsets: Iterator[int], starts: Starts, lines: Sequence[str]) -> list[int]:
+    """The lines of these offsets, comments left out."""
+    found = sorted(set(starts.lines(offsets)))
+    return [n for n in found if not lines[n - 1].lstrip().startswith("#")]
+
+
+def _uses(data: bytes, names: set[str]) -> Iterator[int]:
+    """Offsets of each name as a whole word (bytes.find: a `\\b(?:a|b)\\b` regex has no
+    literal to skip ahead by, and crawls)."""
+    for name in names:
+        word = name.encode()
+        index = data.find(word)
+        while index != -1:
+            end = index + len(word)
+            if not (index and _WORD_BYTE.match(data, index - 1)) and not _WORD_BYTE.match(
+                data, end
+            ):
+                yield index
+            index = data.find(word, end)
 
 
 def with_aliases(
@@ -129,12 +139,7 @@ def with_aliases(
         if not names:
             break
         done |= names
-        pattern = re.compile(
-            rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b"
-        )
-        new = [
-            n for n in _code_lines(pattern.finditer(data), starts, source_lines) if n not in found
-        ]
+        new = [n for n in _code_lines(_uses(data, names), starts, source_lines) if n not in found]
         found |= set(new)
     return sorted(found)
 
