@@ -206,6 +206,35 @@ def test_0_5_9_helper_gates_are_found(
 
 
 @pytest.mark.wheel
+@pytest.mark.parametrize(
+    ("file", "code", "kind", "gets"),
+    [
+        # From 0.5.19 gates read SGLang's platform probes: SM100-only paths 12 does not take...
+        (
+            "sglang/srt/layers/attention/flashinfer_backend.py",
+            "if get_platform().is_sm100:",
+            "excludes",
+            "skips",
+        ),
+        # ... and Blackwell-family ones that 12 takes like 10.
+        (
+            "sglang/srt/layers/quantization/fp8_utils.py",
+            "if get_platform().is_blackwell and is_flashinfer_available():",
+            "shares",
+            "flashinfer",
+        ),
+    ],
+)
+def test_0_5_23_platform_probe_gates_are_found(
+    trees: dict[str, Path], file: str, code: str, kind: str, gets: str
+) -> None:
+    report = run_doctor(trees["0.5.23"])[1]
+    found = [s for s in report["suspects"] if s["file"] == file and code in s["code"]]
+    assert found, f"no suspect at {file}: {code}"
+    assert any(s["kind"] == kind and gets in s["gets"] for s in found), found
+
+
+@pytest.mark.wheel
 def test_0_5_9_a_patch_covers_only_the_gate_it_changes(report_059: dict[str, Any]) -> None:
     suspects = report_059["suspects"]
     tables = {s["file"]: s["covered_by"] for s in suspects if s["kind"] == "table"}
@@ -465,6 +494,38 @@ def test_helpers_are_read_from_the_targets_own_definition(tmp_path: Path) -> Non
     assert helpers["is_blackwell"] == {10, 11}
     found = scanner.scan_bytes(b"if is_blackwell():\n    a = 1\n", "sglang/m.py", helpers)
     assert [f.kind for f in found] == ["excludes"]
+
+
+def test_platform_probes_are_read_from_the_targets_own_table(tmp_path: Path) -> None:
+    """`get_platform().is_sm100` is the helper `_PLATFORM_PROBES` names, with its majors."""
+    write(
+        tmp_path / "sglang" / "srt" / "runtime_context.py",
+        """
+        _PLATFORM_PROBES: Dict[str, str] = {
+            "is_hip": "is_hip",
+            "is_sm100": "is_sm100_supported",
+            "is_sm120": "is_sm120_supported",
+            "is_blackwell": "is_blackwell_supported",
+        }
+        """,
+    )
+    helpers = devices.helpers_of(Source(tmp_path / "sglang"))
+    assert helpers["get_platform().is_sm100"] == {10}
+    assert helpers["get_platform().is_blackwell"] == {10, 11, 12}
+    cases = {
+        "if get_platform().is_sm100:\n    a = 1\nelse:\n    a = 2\n": ["excludes"],
+        "use = 'deep_gemm' if get_platform().is_blackwell else 'triton'\n": ["shares"],
+        "if get_platform().device_sm >= 90:\n    a = 1\n": ["shares"],
+        # names 12 in the chain: thought about
+        "if get_platform().is_sm120:\n    a = 3\nelif get_platform().is_sm100:\n    a = 1\n": [],
+        # never on NVIDIA
+        "if get_platform().is_hip:\n    if get_platform().is_sm100:\n        a = 1\n": [],
+        # a probe the table does not know decides nothing
+        "if get_platform().is_sm100_or_newer:\n    a = 1\n": [],
+    }
+    for code, kinds in cases.items():
+        found = scanner.scan_bytes(code.encode(), "sglang/m.py", helpers)
+        assert [f.kind for f in found] == kinds, code
 
 
 def test_a_patch_covers_the_finding_its_change_removes(tmp_path: Path) -> None:

@@ -32,11 +32,11 @@ class Starts:
 
 # "capability" as a word or a prefix (`capability_int`), not `capabilities` or a class name.
 _CAPABILITY = r"(?:apability|APABILITY)(?![A-Za-z])"
-_DEVICE_VALUE = re.compile(rf"(?:is_sm\d|blackwell|hopper_with|get_device_sm|{_CAPABILITY})\w*")
+_DEVICE_VALUE = re.compile(rf"(?:is_sm\d|blackwell|hopper_with|device_sm\b|{_CAPABILITY})\w*")
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w, ()]*?)\s*=(?!=)")
 
 
-_KEYWORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"get_device_sm", b"hopper_with",
+_KEYWORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"device_sm", b"hopper_with",
              b"ampere_with", b"major")  # fmt: skip
 
 
@@ -53,6 +53,8 @@ def keyword_lines(data: bytes, starts: Starts, lines: Sequence[str]) -> list[int
                 )
             elif word == b"is_sm":
                 whole = data[end : end + 1].isdigit()
+            elif word == b"device_sm":  # get_device_sm(), get_platform().device_sm; not _count
+                whole = not _WORD_BYTE.match(data, end)
             elif word in (b"apabilit", b"APABILIT"):
                 # capability, CAPABILITY_x: not capabilities, not a class like CapabilityRequirement
                 whole = (
@@ -72,13 +74,11 @@ def keyword_lines(data: bytes, starts: Starts, lines: Sequence[str]) -> list[int
 
 
 _WORD_BYTE = re.compile(rb"\w")
-_HELPER_WORD = re.compile(
-    r"is_sm\d|blackwell|hopper_with|ampere_with|get_device_sm|get_device_capab"
-)
+_HELPER_WORD = re.compile(r"is_sm\d|blackwell|hopper_with|ampere_with|device_sm\b|get_device_capab")
 _OPERATION = re.compile(r"[<>]|[=!]=|\bin\b|\[\s*[01]\s*\]")
 _NOT_CODE = ("#", "import ", "from ", "def ", "async def ", "class ", "@")
 _LISTED = re.compile(r"[\w.]+,?")  # `get_device_capability,` inside an import list
-_DEVICE_RHS = re.compile(rf"is_sm\d|blackwell|hopper_with|get_device_sm|{_CAPABILITY}|\bmajor\b")
+_DEVICE_RHS = re.compile(rf"is_sm\d|blackwell|hopper_with|device_sm\b|{_CAPABILITY}|\bmajor\b")
 
 
 def _evaluable(line: str) -> bool:

@@ -62,9 +62,9 @@ def helpers_of(source: Source) -> dict[str, frozenset[int]]:
     if not utils.is_file():
         utils = source.package_dir / "srt" / "utils.py"
     text = source.text(utils)
-    if "device_capability_majors" not in text:
-        return table
-    tree = chunks.around(text, re.compile("device_capability_majors"))
+    tree = None
+    if "device_capability_majors" in text:
+        tree = chunks.around(text, re.compile("device_capability_majors"))
     for node in tree.body if tree else ():
         if not isinstance(node, ast.Assign):
             continue
@@ -84,7 +84,61 @@ def helpers_of(source: Source) -> dict[str, frozenset[int]]:
                         for name in ast.walk(target):
                             if isinstance(name, ast.Name):
                                 table[name.id] = majors
+    for probe, helper in _platform_probes(source).items():
+        majors = helper_majors(helper, table)
+        if majors is not None:
+            table[PROBE + probe] = majors
     return table
+
+
+# From 0.5.19 SGLang also asks `get_platform().is_sm100`: a probe that `srt/runtime_context.py`
+# maps to a helper (`_PLATFORM_PROBES = {"is_sm100": "is_sm100_supported", ...}`). The table
+# holds such a probe as "get_platform().is_sm100", with its helper's majors.
+PROBE = "get_platform()."
+# `_PLATFORM_VALUES` there: the probes that are the device's numbers, not yes/no.
+PROBE_VALUES = {"device_sm": "get_device_sm", "device_capability": "get_device_capability"}
+
+
+def _platform_probes(source: Source) -> dict[str, str]:
+    """probe -> helper, as the target's `_PLATFORM_PROBES` maps them (none before 0.5.19)."""
+    text = source.text(source.package_dir / "srt" / "runtime_context.py")
+    if "_PLATFORM_PROBES" not in text:
+        return {}
+    tree = chunks.around(text, re.compile(r"^_PLATFORM_PROBES\b", re.MULTILINE))
+    for node in tree.body if tree else ():
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if isinstance(value, ast.Dict) and "_PLATFORM_PROBES" in ast.unparse(node):
+            return {
+                key.value: item.value
+                for key, item in zip(value.keys, value.values, strict=True)
+                if isinstance(key, ast.Constant)
+                and isinstance(key.value, str)
+                and isinstance(item, ast.Constant)
+                and isinstance(item.value, str)
+            }
+    return {}
+
+
+def probe_of(node: ast.AST) -> str | None:
+    """`is_sm100` for `get_platform().is_sm100`, else None."""
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Call)
+        and not node.value.args
+        and _called(node.value.func) == "get_platform"
+    ):
+        return node.attr
+    return None
+
+
+def _called(func: ast.expr) -> str:
+    return (
+        func.attr
+        if isinstance(func, ast.Attribute)
+        else func.id
+        if isinstance(func, ast.Name)
+        else ""
+    )
 
 
 def helper_majors(name: str, helpers: Mapping[str, frozenset[int]]) -> frozenset[int] | None:

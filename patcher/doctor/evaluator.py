@@ -20,10 +20,13 @@ from sglpatch.doctor.devices import (
     DEVICES,
     NEW,
     PLATFORM,
+    PROBE,
+    PROBE_VALUES,
     RTX_BLACKWELL,
     Aliases,
     Device,
     helper_majors,
+    probe_of,
 )
 
 _CAPABILITY_NAMES = {"major", "cc_major", "sm_major", "device_major"}
@@ -106,6 +109,9 @@ class Evaluator:
             if isinstance(part, ast.Call) and isinstance(part.func, ast.Name):
                 majors = self._helper(part.func.id)
                 if majors is not None and majors == {NEW}:
+                    return True
+            elif (probe := probe_of(part)) is not None:
+                if self.helpers.get(PROBE + probe) == {NEW}:
                     return True
             elif isinstance(part, ast.Name) and depth < 3 and self._alias_names_new(part.id, depth):
                 return True
@@ -192,6 +198,9 @@ class Evaluator:
                     return found
             return self._named(node.id, device)
         if isinstance(node, ast.Attribute):
+            probe = probe_of(node)
+            if probe is not None:
+                return self._probe(probe, device)
             # `version.major` is a library's; only capability-named attributes count
             return CapabilityLike(device) if "capabilit" in node.attr.lower() else None
         if isinstance(node, ast.IfExp):
@@ -199,6 +208,20 @@ class Evaluator:
             if test is None or isinstance(test, CapabilityLike):
                 return None
             return self.value(node.body if test else node.orelse, device, world, depth + 1)
+        return None
+
+    def _probe(self, probe: str, device: Device) -> Value:
+        """`get_platform().<probe>` on `device`: SGLang's answer, as its helper gives it."""
+        major, minor = device
+        majors = self.helpers.get(PROBE + probe)
+        if majors is not None:
+            return major in majors
+        if probe in PLATFORM:
+            return PLATFORM[probe]
+        if PROBE_VALUES.get(probe) == "get_device_sm":
+            return major * 10 + minor
+        if PROBE_VALUES.get(probe) == "get_device_capability":
+            return (major, minor)
         return None
 
     def truth_at(self, node: ast.expr, device: Device, world: bool, depth: int) -> bool:

@@ -239,9 +239,9 @@ class Gates:
 def _device_line(test: ast.expr, evaluator: Evaluator) -> int:
     """The line of a multi-line test where the device comes in."""
     for part in ast.walk(test):
-        if isinstance(part, (ast.Compare, ast.Call, ast.Name)) and evaluator.depends_on_device(
-            part
-        ):
+        if isinstance(
+            part, (ast.Compare, ast.Call, ast.Name, ast.Attribute)
+        ) and evaluator.depends_on_device(part):
             return part.lineno
     return test.lineno
 
@@ -271,6 +271,10 @@ def _open_ended(test: ast.expr, evaluator: Evaluator) -> bool:
                 return True
         elif isinstance(part, ast.Call) and isinstance(part.func, ast.Name):
             majors = devices.helper_majors(part.func.id, evaluator.helpers)
+            if majors and NEW in majors and majors & KNOWN:
+                return True
+        elif (probe := devices.probe_of(part)) is not None:
+            majors = evaluator.helpers.get(devices.PROBE + probe)
             if majors and NEW in majors and majors & KNOWN:
                 return True
         elif isinstance(part, ast.Name) and part.id in evaluator.module_aliases:

@@ -23,7 +23,7 @@ from sglpatch.doctor.source_tree import Source
 
 # Quick byte tests before any parsing: a capability word, a helper, or a dict row keyed 10
 # (`tables`). Each test is a search through every byte of the tree: they are few, and literal.
-_WORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"get_device_sm")
+_WORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"device_sm")
 
 
 def scan(source: Source, helpers: Mapping[str, frozenset[int]]) -> list[Finding]:
