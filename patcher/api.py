@@ -539,9 +539,12 @@ def diagnose(
         if model is not None:
             raise UsageError("give --model or --model-path, not both")
         model = _architecture(model_path)
-    from sglpatch import doctor  # its scanners load only for this command
+    from sglpatch import warmup
+    from sglpatch.doctor import verdict  # its scanners load only for this command
 
-    result = doctor.diagnose(
+    if target.release is not None:
+        warmup.submit(target.package_dir, target.release, catalog)
+    result = verdict.diagnose(
         target.package_dir,
         target.release,
         catalogue.load(catalog),

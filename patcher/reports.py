@@ -13,7 +13,7 @@ from sglpatch.results import Failed, Outcome
 from sglpatch.target import Target
 
 if TYPE_CHECKING:
-    from sglpatch.doctor import Diagnosis
+    from sglpatch.doctor.verdict import Diagnosis
 
 
 class ApplyReport(NamedTuple):

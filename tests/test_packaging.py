@@ -61,7 +61,7 @@ def test_the_wheel_ships_one_package_with_its_patches(built_wheel: Path) -> None
     assert {t for t in top_level if not t.endswith(".dist-info")} == {"sglpatch"}
     assert "sglpatch/py.typed" in names
     assert {f"sglpatch/patches/{i.replace('-', '_')}.py" for i in BUILT_INS} <= set(names)
-    assert "sglpatch = sglpatch.cli:main" in entry_points
+    assert "sglpatch = sglpatch.__main__:main" in entry_points
     for field in ("Requires-Dist: libcst", "Requires-Dist: typer", "Requires-Dist: GitPython",
                   "Requires-Dist: packaging", "Classifier: Typing :: Typed", "Requires-Python: >=3.10"):  # fmt: skip
         assert field in metadata

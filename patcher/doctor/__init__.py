@@ -6,11 +6,7 @@ on capability-12 GPUs, with EAGLE-3 on a given model.
 - `eagle3`: the methods EAGLE-3 calls on the target model;
 - `census`: the generation models SGLang registers, and their methods;
 - `coverage`: the catalogue run in memory, which patches still have work and what they cover;
-- `verdict`: blockers, suspects, and the one-line answer.
+- `verdict`: blockers, suspects, and the one-line answer (`verdict.diagnose`).
+
+The package imports none of them itself: `sglpatch.warmup`'s process needs `coverage` alone.
 """
-
-from __future__ import annotations
-
-from sglpatch.doctor.verdict import Blocker, Diagnosis, ModelReport, Suspect, diagnose
-
-__all__ = ["Blocker", "Diagnosis", "ModelReport", "Suspect", "diagnose"]

@@ -33,28 +33,25 @@ def scan(source: Source, helpers: Mapping[str, frozenset[int]]) -> list[Finding]
 class Scan:
     """A scan of the whole tree, started in a forked worker while the caller does other work.
 
-    The files are cut into batches that the worker takes from the front and `result()` from
-    the back until they meet, so both cores stay busy whatever the caller did meanwhile; the
-    worker sends back its findings only. Fork shares the loaded modules and the file list, so
-    the worker costs milliseconds; without fork or a second core the scan runs here.
+    The worker takes files from the front and `result()` from the back, one at a time, until
+    they meet: both cores stay busy whatever the caller did meanwhile, and neither waits long
+    for the other at the end. The worker sends back its findings only. Fork shares the loaded
+    modules and the file list, so the worker costs milliseconds; without fork or a second
+    core, or for a small tree, the scan runs here.
     """
 
     def __init__(self, source: Source, helpers: Mapping[str, frozenset[int]]) -> None:
         self.helpers = helpers
         self.jobs = _python_files(source)
-        self.batches = [
-            range(start, min(start + _BATCH, len(self.jobs)))
-            for start in range(0, len(self.jobs), _BATCH)
-        ]
-        # The worker takes batches from the front, the caller from the back. No lock (a worker
-        # killed holding one would hang the caller): at worst both scan the last batch.
+        # No lock on the counters (a worker killed holding one would hang the caller): at worst
+        # both scan the file where they meet.
         self.front: Any = _Counter(0)
-        self.back: Any = _Counter(len(self.batches))
+        self.back: Any = _Counter(len(self.jobs))
         self.worker: Any = None  # multiprocessing's process type is private to its context
         self.results: Connection | None = None
-        if _FORK is not None and (os.cpu_count() or 1) > 1 and len(self.batches) > 1:
+        if _FORK is not None and (os.cpu_count() or 1) > 1 and len(self.jobs) > _SMALL:
             self.front = _FORK.RawValue("i", 0)
-            self.back = _FORK.RawValue("i", len(self.batches))
+            self.back = _FORK.RawValue("i", len(self.jobs))
             self.results, sent = _FORK.Pipe(duplex=False)
             self.worker = _FORK.Process(target=self._work, args=(sent,), daemon=True)
             self.worker.start()
@@ -62,21 +59,21 @@ class Scan:
 
     def result(self) -> list[Finding]:
         found: dict[int, list[Finding]] = {}
-        done = set()
-        while (number := self.back.value - 1) >= self.front.value:
-            self.back.value = number
-            found.update(self._scan_batch(number))
-            done.add(number)
+        while (index := self.back.value - 1) >= self.front.value:
+            self.back.value = index
+            self._scan_into(index, found)
         if self.results is not None:
-            while len(done) < len(self.batches):
+            received = 0  # the worker has sent the findings of files [0, received)
+            while True:
                 try:
-                    number, findings = self.results.recv()
+                    received, findings, finished = self.results.recv()
                 except EOFError:  # the worker died: scan here what it did not send
-                    for number in set(range(len(self.batches))) - done:
-                        found.update(self._scan_batch(number))
+                    for index in range(received, self.back.value):
+                        self._scan_into(index, found)
                     break
                 found.update(findings)
-                done.add(number)
+                if finished:
+                    break
             self.close()
         return [finding for index in range(len(self.jobs)) for finding in found.get(index, ())]
 
@@ -92,30 +89,33 @@ class Scan:
 
     def _work(self, sent: Connection) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C and stops us
-        while (number := self.front.value) < self.back.value:
-            self.front.value = number + 1
-            sent.send((number, self._scan_batch(number)))
+        found: dict[int, list[Finding]] = {}
+        while (index := self.front.value) < self.back.value:
+            self.front.value = index + 1
+            self._scan_into(index, found)
+            if (index + 1) % _SEND_EVERY == 0:
+                sent.send((index + 1, found, False))
+                found = {}
+        sent.send((self.front.value, found, True))
 
-    def _scan_batch(self, number: int) -> dict[int, list[Finding]]:
-        """The files of one batch that hold findings, with them."""
-        found = {}
-        for index in self.batches[number]:
-            path, shown = self.jobs[index]
-            try:
-                with open(path, "rb") as file:  # noqa: PTH123 (see _python_files)
-                    data = file.read()
-            except OSError:
-                continue
-            if findings := scan_bytes(data, shown, self.helpers):
-                found[index] = findings
-        return found
+    def _scan_into(self, index: int, found: dict[int, list[Finding]]) -> None:
+        """Scan file `index`; keep its findings, if it has any."""
+        path, shown = self.jobs[index]
+        try:
+            with open(path, "rb") as file:  # noqa: PTH123 (see _python_files)
+                data = file.read()
+        except OSError:
+            return
+        if findings := scan_bytes(data, shown, self.helpers):
+            found[index] = findings
 
 
-_BATCH = 100
+_SMALL = 100  # files: fewer are scanned faster than a process starts
+_SEND_EVERY = 256  # files the worker scans between two sends of its findings
 
 
 class _Counter:
-    """A batch counter for a scan without a worker: `.value`, like multiprocessing's."""
+    """A file counter for a scan without a worker: `.value`, like multiprocessing's."""
 
     def __init__(self, value: int) -> None:
         self.value = value

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
+from sglpatch import warmup
 from sglpatch.doctor import census, coverage, devices, eagle3, scanner
 from sglpatch.doctor.findings import Finding
 from sglpatch.doctor.source_tree import Source
@@ -119,10 +120,17 @@ def diagnose(
         ]
         excluded = {r.name: r.excluded for r in registered if r.excluded}
         say("running the catalogue in memory")
-        checks = coverage.check(package_dir, release, patches) if release is not None else []
+        # The warmed-up process (sglpatch.warmup) runs the catalogue while this one scans.
+        warm = release is not None and warmup.running()
+        checks = []
+        if release is not None and not warm:
+            checks = coverage.check(package_dir, release, patches)
         findings = scan.result()
+        if release is not None and warm:
+            answer = warmup.checks(patches)
+            checks = answer if answer is not None else coverage.check(package_dir, release, patches)
     finally:
-        scan.close()  # on an error above: the worker's batches are not waited for
+        scan.close()  # on an error above: the worker's files are not waited for
     work = coverage.pending(checks)
 
     def rescan(data: bytes, shown: str) -> list[Finding]:
