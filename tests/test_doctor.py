@@ -8,7 +8,9 @@ Nothing here counts the catalogue's patches: other patches arrive over time, so 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -567,8 +569,8 @@ def test_the_scan_shared_with_a_worker_process_equals_the_scan_in_one(
         pytest.skip("no fork or no second core here: the scan runs in one process anyway")
     worker = shared.worker
     found = shared.result()
-    assert worker.exitcode is not None  # stopped, not left behind
-    monkeypatch.setattr(scanner, "_FORK", None)
+    assert not _alive(worker)  # stopped and reaped, not left behind
+    monkeypatch.setattr(scanner, "_FORK", False)
     alone = scanner.Scan(source, helpers)
     assert alone.worker is None
     assert found == alone.result()
@@ -581,17 +583,23 @@ def test_a_scan_whose_worker_dies_finishes_in_the_caller(trees: dict[str, Path])
     shared = scanner.Scan(source, helpers)
     if shared.worker is None:
         pytest.skip("no fork or no second core here: the scan runs in one process anyway")
-    shared.worker.kill()
-    shared.worker.join()
+    os.kill(shared.worker, signal.SIGKILL)
     assert shared.result() == scanner.scan(source, helpers)
 
 
 def test_a_scan_left_early_stops_its_worker(trees: dict[str, Path]) -> None:
-    shared = scanner.Scan(
-        Source(trees["0.5.9"] / "sglang"), devices.helpers_of(Source(trees["0.5.9"] / "sglang"))
-    )
+    source = Source(trees["0.5.9"] / "sglang")
+    shared = scanner.Scan(source, devices.helpers_of(source))
     if shared.worker is None:
         pytest.skip("no fork or no second core here: the scan runs in one process anyway")
     worker = shared.worker
     shared.close()  # what diagnose does when the work beside the scan raises
-    assert not worker.is_alive()
+    assert not _alive(worker)
+
+
+def _alive(pid: int) -> bool:
+    """Still running, or a zombie nobody reaped."""
+    try:
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return False

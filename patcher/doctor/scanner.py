@@ -9,13 +9,14 @@ A forked worker process scans beside the caller, so the scan uses both cores.
 from __future__ import annotations
 
 import ast
-import multiprocessing
+import contextlib
+import mmap
 import os
+import pickle
 import re
 import signal
 from collections.abc import Mapping
-from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, BinaryIO, NoReturn
 
 from sglpatch.doctor import candidates, chunks, devices, gates, tables
 from sglpatch.doctor.findings import Finding
@@ -43,32 +44,39 @@ class Scan:
     def __init__(self, source: Source, helpers: Mapping[str, frozenset[int]]) -> None:
         self.helpers = helpers
         self.jobs = _python_files(source)
-        # No lock on the counters (a worker killed holding one would hang the caller): at worst
-        # both scan the file where they meet.
-        self.front: Any = _Counter(0)
-        self.back: Any = _Counter(len(self.jobs))
-        self.worker: Any = None  # multiprocessing's process type is private to its context
-        self.results: Connection | None = None
-        if _FORK is not None and (os.cpu_count() or 1) > 1 and len(self.jobs) > _SMALL:
-            self.front = _FORK.RawValue("i", 0)
-            self.back = _FORK.RawValue("i", len(self.jobs))
-            self.results, sent = _FORK.Pipe(duplex=False)
-            self.worker = _FORK.Process(target=self._work, args=(sent,), daemon=True)
-            self.worker.start()
-            sent.close()
+        # [next file from the front, first file taken from the back], shared with the worker.
+        # No lock (a worker killed holding one would hang the caller): at worst both scan the
+        # file where they meet.
+        self.shared: mmap.mmap | None = None
+        self.taken: Any = [0, len(self.jobs)]
+        self.worker: int | None = None  # its pid
+        self.results: BinaryIO | None = None
+        if _FORK and (os.cpu_count() or 1) > 1 and len(self.jobs) > _SMALL:
+            self.shared = mmap.mmap(-1, 8)  # anonymous, so shared across fork
+            self.taken = memoryview(self.shared).cast("i")
+            self.taken[0], self.taken[1] = 0, len(self.jobs)
+            reader, writer = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(reader)
+                self._work(writer)  # never returns
+            os.close(writer)
+            self.worker = pid
+            self.results = os.fdopen(reader, "rb")
 
     def result(self) -> list[Finding]:
         found: dict[int, list[Finding]] = {}
-        while (index := self.back.value - 1) >= self.front.value:
-            self.back.value = index
+        taken = self.taken
+        while (index := taken[1] - 1) >= taken[0]:
+            taken[1] = index
             self._scan_into(index, found)
         if self.results is not None:
             received = 0  # the worker has sent the findings of files [0, received)
             while True:
                 try:
-                    received, findings, finished = self.results.recv()
-                except EOFError:  # the worker died: scan here what it did not send
-                    for index in range(received, self.back.value):
+                    received, findings, finished = pickle.load(self.results)
+                except (EOFError, pickle.UnpicklingError):  # it died: scan here what it did not
+                    for index in range(received, taken[1]):
                         self._scan_into(index, found)
                     break
                 found.update(findings)
@@ -80,32 +88,51 @@ class Scan:
     def close(self) -> None:
         """Stop the worker (after `result()`, it has finished)."""
         if self.worker is not None:
-            self.worker.terminate()
-            self.worker.join()
+            with contextlib.suppress(OSError):  # gone already
+                os.kill(self.worker, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.worker, 0)
             self.worker = None
         if self.results is not None:
             self.results.close()
             self.results = None
 
-    def _work(self, sent: Connection) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C and stops us
-        found: dict[int, list[Finding]] = {}
-        while (index := self.front.value) < self.back.value:
-            self.front.value = index + 1
-            self._scan_into(index, found)
-            if (index + 1) % _SEND_EVERY == 0:
-                sent.send((index + 1, found, False))
-                found = {}
-        sent.send((self.front.value, found, True))
+    def _work(self, writer: int) -> NoReturn:
+        """The worker: files from the front, findings to `writer`, then the end of the process."""
+        code = 1
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C, stops us
+            with os.fdopen(writer, "wb") as sent:
+                taken = self.taken
+                found: dict[int, list[Finding]] = {}
+                while (index := taken[0]) < taken[1]:
+                    taken[0] = index + 1
+                    self._scan_into(index, found)
+                    if (index + 1) % _SEND_EVERY == 0:
+                        pickle.dump((index + 1, found, False), sent)
+                        sent.flush()
+                        found = {}
+                pickle.dump((taken[0], found, True), sent)
+            code = 0
+        finally:
+            os._exit(code)  # not the caller's atexit handlers, nor its buffered output
 
     def _scan_into(self, index: int, found: dict[int, list[Finding]]) -> None:
         """Scan file `index`; keep its findings, if it has any."""
         path, shown = self.jobs[index]
         try:
-            with open(path, "rb") as file:  # noqa: PTH123 (see _python_files)
-                data = file.read()
+            fd = os.open(path, os.O_RDONLY)
         except OSError:
             return
+        try:  # os calls, not open(): a file object costs more than rejecting most files
+            size = os.fstat(fd).st_size
+            data = os.read(fd, size + 1)
+            while len(data) > size and (more := os.read(fd, 1 << 20)):  # it grew meanwhile
+                data += more
+        except OSError:
+            return
+        finally:
+            os.close(fd)
         if findings := scan_bytes(data, shown, self.helpers):
             found[index] = findings
 
@@ -114,18 +141,7 @@ _SMALL = 100  # files: fewer are scanned faster than a process starts
 _SEND_EVERY = 256  # files the worker scans between two sends of its findings
 
 
-class _Counter:
-    """A file counter for a scan without a worker: `.value`, like multiprocessing's."""
-
-    def __init__(self, value: int) -> None:
-        self.value = value
-
-
-_FORK = (
-    multiprocessing.get_context("fork")
-    if "fork" in multiprocessing.get_all_start_methods()
-    else None
-)
+_FORK = hasattr(os, "fork")
 
 
 def _python_files(source: Source) -> list[tuple[str, str]]:
