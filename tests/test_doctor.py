@@ -577,6 +577,27 @@ def test_the_scan_shared_with_a_worker_process_equals_the_scan_in_one(
     assert len(found) > 20  # a real tree's gates, in the same order
 
 
+@pytest.mark.parametrize("release", ["0.5.9", "0.5.23"])
+def test_git_grep_picks_the_files_the_byte_tests_would(
+    trees: dict[str, Path], release: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """git finds the words in one pass; without it every file is tested here, alike."""
+    source = Source(trees[release] / "sglang")
+    helpers = devices.helpers_of(source)
+    monkeypatch.setattr(scanner, "_FORK", False)
+    picked = scanner.Scan(source, helpers)
+    if scanner._holding_a_word(source) is None:
+        pytest.skip("no git here: every file is tested in Python anyway")
+    monkeypatch.setenv("PATH", "")  # no git to run
+    assert scanner._holding_a_word(source) is None
+    every = scanner.Scan(source, helpers)
+    assert len(picked.jobs) < len(every.jobs) / 4  # most files hold none of the words
+    rejected = {job for job in every.jobs} - set(picked.jobs)
+    for path, shown in rejected:  # what git left out, the byte tests reject
+        assert scanner.scan_bytes(Path(path).read_bytes(), shown, helpers) == [], shown
+    assert picked.result() == every.result()
+
+
 def test_a_scan_whose_worker_dies_finishes_in_the_caller(trees: dict[str, Path]) -> None:
     source = Source(trees["0.5.9"] / "sglang")
     helpers = devices.helpers_of(source)
