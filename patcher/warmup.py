@@ -67,18 +67,19 @@ def running() -> bool:
 def submit(package_dir: Path, release: Version, catalog: Path | None) -> None:
     """Hand the worker its job; it answers once libcst is loaded."""
     global _submitted
-    if _worker is None:
+    worker = _worker
+    if worker is None:
         return
     import pickle
 
     try:
-        os.write(_worker.jobs, pickle.dumps((str(package_dir), str(release), catalog)))
+        os.write(worker.jobs, pickle.dumps((str(package_dir), str(release), catalog)))
         _submitted = True
     except OSError:  # it died: the CLI checks alone
         _stop()
     finally:
-        if _worker is not None:
-            os.close(_worker.jobs)
+        with contextlib.suppress(OSError):
+            os.close(worker.jobs)  # the end of the job
 
 
 def checks(patches: Sequence[Patch]) -> list[PatchCheck] | None:
@@ -103,7 +104,8 @@ def checks(patches: Sequence[Patch]) -> list[PatchCheck] | None:
 
 
 def _stop() -> None:
-    global _worker
+    global _worker, _submitted
+    _submitted = False
     if _worker is None:
         return
     with contextlib.suppress(OSError):

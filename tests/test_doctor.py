@@ -586,10 +586,10 @@ def test_git_grep_picks_the_files_the_byte_tests_would(
     helpers = devices.helpers_of(source)
     monkeypatch.setattr(scanner, "_FORK", False)
     picked = scanner.Scan(source, helpers)
-    if scanner._holding_a_word(source) is None:
+    if scanner._GitGrep(source).files() is None:
         pytest.skip("no git here: every file is tested in Python anyway")
     monkeypatch.setenv("PATH", "")  # no git to run
-    assert scanner._holding_a_word(source) is None
+    assert scanner._GitGrep(source).files() is None
     every = scanner.Scan(source, helpers)
     assert len(picked.jobs) < len(every.jobs) / 4  # most files hold none of the words
     rejected = {job for job in every.jobs} - set(picked.jobs)

@@ -152,10 +152,22 @@ def _prose(pieces: Sequence[tuple[int, int, int]], line: int) -> tuple[int, int,
     return None
 
 
+def matching_lines(text: str, pattern: re.Pattern[str]) -> list[int]:
+    """The numbers of the lines `pattern` matches on, counted as the matches go."""
+    found: list[int] = []
+    line, counted = 1, 0
+    for match in pattern.finditer(text):
+        line += text.count("\n", counted, match.start())
+        counted = match.start()
+        if not found or found[-1] != line:
+            found.append(line)
+    return found
+
+
 def around(text: str, pattern: re.Pattern[str]) -> ast.Module | None:
     """The parts of a module around the lines matching `pattern`, parsed (the whole module when
     they do not parse alone); None when nothing matches or the module does not parse."""
-    lines = sorted({text.count("\n", 0, m.start()) + 1 for m in pattern.finditer(text)})
+    lines = matching_lines(text, pattern)
     if not lines:
         return None
     chunk = parse(text.splitlines(), lines)

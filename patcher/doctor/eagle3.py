@@ -59,7 +59,7 @@ def _calls_in(
 ) -> Iterator[tuple[int, str]]:
     """(line, method) of the calls on lines matching `pattern`. The model runner and the
     workers are thousands of lines: only the functions holding such lines are parsed."""
-    lines = sorted({text.count("\n", 0, m.start()) + 1 for m in pattern.finditer(text)})
+    lines = chunks.matching_lines(text, pattern)
     if not lines:
         return
     chunk = chunks.parse(text.splitlines(), lines)

@@ -44,10 +44,15 @@ class Scan:
 
     def __init__(self, source: Source, helpers: Mapping[str, frozenset[int]]) -> None:
         self.helpers = helpers
-        self.jobs = _python_files(source)
-        holding = _holding_a_word(source)
-        if holding is not None:
-            self.jobs = [job for job in self.jobs if job[1][len("sglang/") :] in holding]
+        grep = _GitGrep(source)  # runs while the tree is listed here
+        listed = _python_files(source)
+        holding = grep.files()
+        # git reads a symlink as its target's name, not its content: those are tested here.
+        self.jobs = [
+            (path, shown)
+            for path, shown, link in listed
+            if holding is None or link or shown[len("sglang/") :] in holding
+        ]
         # [next file from the front, first file taken from the back], shared with the worker.
         # No lock (a worker killed holding one would hang the caller): at worst both scan the
         # file where they meet.
@@ -148,33 +153,41 @@ _SEND_EVERY = 256  # files the worker scans between two sends of its findings
 _FORK = hasattr(os, "fork")
 
 
-def _holding_a_word(source: Source) -> set[str] | None:
-    """The `.py` files (relative to the package) that hold a word of the byte tests, by
+class _GitGrep:
+    """The `.py` files (relative to the package) that hold a word of the byte tests, found by
     `git grep`: it looks for them all in one pass, on every core, where Python makes a pass per
-    word. None when git cannot say (not installed, or failed): then every file is tested here.
-    git is there already: the ledger needs it."""
-    needles = [arg for word in (*_WORDS, _ROW_KEY) for arg in ("-e", word.decode())]
-    try:
-        done = subprocess.run(
-            ["git", "grep", "--no-index", "--no-color", "-a", "-l", "-z", "-F", *needles,
-             "--", "*.py"],
-            cwd=source.package_dir,
-            capture_output=True,
-            env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull},
-            check=False,
-        )  # fmt: skip
-    except OSError:
-        return None
-    if done.returncode not in (0, 1):  # 1: no file matched
-        return None
-    return {os.fsdecode(name) for name in done.stdout.split(b"\0") if name}
+    word. git is there already (the ledger needs it); when it cannot say (not installed, or
+    failing), `files()` is None and every file is tested here."""
+
+    def __init__(self, source: Source) -> None:
+        needles = [arg for word in (*_WORDS, _ROW_KEY) for arg in ("-e", word.decode())]
+        skipped = [f":(exclude,glob)**/{folder}/**" for folder in _NOT_SERVED]
+        self.process: subprocess.Popen[bytes] | None = None
+        with contextlib.suppress(OSError):  # no git: files() says None
+            self.process = subprocess.Popen(
+                ["git", "grep", "--no-index", "--no-color", "-a", "-l", "-z", "-F", *needles,
+                 "--", "*.py", *skipped],
+                cwd=source.package_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull},
+            )  # fmt: skip
+
+    def files(self) -> set[str] | None:
+        if self.process is None:
+            return None
+        output, _ = self.process.communicate()
+        if self.process.returncode not in (0, 1):  # 1: no file matched
+            return None
+        return {os.fsdecode(name) for name in output.split(b"\0") if name}
 
 
-def _python_files(source: Source) -> list[tuple[str, str]]:
-    """(path, shown) of the tree's `.py` files in the order of sorted Paths, tests and
-    benchmarks left out. Plain strings from os.scandir, entries sorted by name as they are met
-    (which is that order): a Path per file costs more than the byte tests that reject most."""
-    found: list[tuple[str, str]] = []
+def _python_files(source: Source) -> list[tuple[str, str, bool]]:
+    """(path, shown, is a symlink) of the tree's `.py` files in the order of sorted Paths, tests
+    and benchmarks left out. Plain strings from os.scandir, entries sorted by name as they are
+    met (which is that order): a Path per file costs more than the byte tests."""
+    found: list[tuple[str, str, bool]] = []
 
     def visit(folder: str, shown: str) -> None:
         try:
@@ -184,13 +197,17 @@ def _python_files(source: Source) -> list[tuple[str, str]]:
             return
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
-                if entry.name not in ("test", "tests", "benchmark"):
+                if entry.name not in _NOT_SERVED:
                     visit(entry.path, f"{shown}{entry.name}/")
             elif entry.name.endswith(".py") and not entry.name.startswith("test_"):
-                found.append((entry.path, shown + entry.name))
+                found.append((entry.path, shown + entry.name, entry.is_symlink()))
 
     visit(str(source.package_dir), "sglang/")
     return found
+
+
+# SGLang ships its tests and benchmarks: they gate what they test, not what a server runs.
+_NOT_SERVED = ("test", "tests", "benchmark")
 
 
 def scan_bytes(data: bytes, shown: str, helpers: Mapping[str, frozenset[int]]) -> list[Finding]:
