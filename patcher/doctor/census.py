@@ -14,7 +14,6 @@ not tokens.
 from __future__ import annotations
 
 import ast
-import difflib
 import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -315,6 +314,8 @@ def _suggest(source: Source, wanted: str) -> str:
     names |= {r.name for r in registered(source, models, paths)}
     key = {_normal(n): n for n in sorted(names)}
     wanted_key = _normal(wanted)
+    import difflib  # a near miss only
+
     close = difflib.get_close_matches(wanted_key, list(key), n=4, cutoff=0.6)
     # `kimi-k2.5` is the start of KimiK25ForConditionalGeneration: name those too.
     close += [k for k in key if wanted_key and k.startswith(wanted_key) and k not in close][:4]

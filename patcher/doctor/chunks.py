@@ -182,22 +182,66 @@ def around(text: str, pattern: re.Pattern[str]) -> ast.Module | None:
 def _statements(
     lines: Sequence[str], block: tuple[int, int, int], keep: Collection[int]
 ) -> list[tuple[int, int, int]]:
-    """A `def` or `class` block as its header and the body statements holding a `keep` line;
-    any other block, or one whose header holds such a line, whole."""
+    """A `def` or `class` block as its header and the body statements holding a `keep` line
+    (the first one, when only the header holds one); any other block as `_kept` keeps it."""
     start, end, indent = block
     if not _HEADER.match(lines[start - 1]):
-        return [block]
+        return [(a, b, indent) for a, b in _kept(lines, start, end, keep)]
     header_end = _header_end(lines, start, end)
-    if header_end is None or any(line in keep for line in range(start, header_end + 1)):
+    body = _body_statements(lines, header_end + 1, end) if header_end is not None else []
+    if header_end is None or not body:
         return [block]
     pieces = [(start, header_end, indent)]
-    for first, last in _body_statements(lines, header_end + 1, end):
+    for first, last in body:
         if any(line in keep for line in range(first, last + 1)):
-            pieces.append((first, last, indent))
-    return pieces if len(pieces) > 1 else [block]
+            pieces += [(a, b, indent) for a, b in _kept(lines, first, last, keep)]
+    if len(pieces) == 1:  # only the header holds one (`def f(on=is_sm100_supported()):`)
+        pieces.append((*body[0], indent))
+    return pieces
+
+
+def _kept(
+    lines: Sequence[str], first: int, last: int, keep: Collection[int]
+) -> list[tuple[int, int]]:
+    """A statement holding a `keep` line: whole, or for a long `if`, what `gates` reads of it.
+
+    That is each clause's header, the first statement of each clause (what the branch does)
+    and the statements holding a `keep` line, the nested `if`s among them likewise. An `else`
+    that starts with an `if` keeps a second statement, so it stays no `elif`.
+    """
+    if last - first < _LONG_IF or not _IF.match(lines[first - 1]):
+        return [(first, last)]
+    indent = _indent(lines[first - 1])
+    clauses = [first] + [
+        number
+        for number in range(first + 1, last + 1)
+        if _indent(lines[number - 1]) == indent and _CLAUSE.match(lines[number - 1], indent or 0)
+    ]
+    ranges = []
+    for index, start in enumerate(clauses):
+        stop = clauses[index + 1] - 1 if index + 1 < len(clauses) else last
+        header_end = _header_end(lines, start, stop)
+        body = _body_statements(lines, header_end + 1, stop) if header_end is not None else []
+        if header_end is None or not body:
+            return [(first, last)]
+        ranges.append((start, header_end))
+        firsts = (
+            2
+            if lines[start - 1].lstrip().startswith("else") and _IF.match(lines[body[0][0] - 1])
+            else 1
+        )
+        for position, (a, b) in enumerate(body):
+            if position < firsts:
+                ranges.append((a, b))
+            elif any(line in keep for line in range(a, b + 1)):
+                ranges += _kept(lines, a, b, keep)
+    return ranges
 
 
 _HEADER = re.compile(r"\s*(?:(?:async\s+)?def|class)\s")
+_IF = re.compile(r"\s*if\s")
+_CLAUSE = re.compile(r"(?:elif\b|else\s*:)")
+_LONG_IF = 12  # lines: a shorter `if` is parsed whole
 
 
 def _header_end(lines: Sequence[str], start: int, end: int) -> int | None:

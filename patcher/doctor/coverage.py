@@ -16,7 +16,6 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.doctor.findings import Finding
 from sglpatch.patch import Patch
 from sglpatch.results import Applied, Failed, Outcome
@@ -31,6 +30,8 @@ class PatchCheck(NamedTuple):
 
 def check(package_dir: Path, release: Version, patches: Sequence[Patch]) -> list[PatchCheck]:
     """Every catalogue patch that is meant for this release, with its in-memory outcome."""
+    from sglpatch import engine  # and libcst: not loaded when sglpatch.warmup answers
+
     checks = []
     for patch in patches:
         relative = patch.package_file(release)
