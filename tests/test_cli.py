@@ -388,6 +388,21 @@ def test_ctrl_c_while_libcst_imports_is_an_interrupt(site_059: Path) -> None:
     assert result.stderr.strip() == "sglpatch: error: interrupted"
 
 
+# The console script's entry: Ctrl-C while the CLI itself (typer first) is importing.
+TRIP_CLI = TRIP.replace("libcst._batched_visitor", "typer").replace(
+    "from sglpatch.cli import main", "from sglpatch.__main__ import main"
+)
+
+
+def test_ctrl_c_while_the_cli_imports_is_an_interrupt(site_059: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", TRIP_CLI, "status", "--target", str(site_059)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == ExitCode.INTERRUPTED, result.stderr
+    assert result.stderr.strip() == "sglpatch: error: interrupted"
+
+
 def test_the_crash_log_goes_to_the_ledger_in_use(
     runner: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ledger_dir: Path
 ) -> None:

@@ -132,9 +132,8 @@ def parse(
             try:
                 return Parsed(ast.parse("\n".join(text)), text, real)
             except SyntaxError as error:
-                prose = _prose(
-                    pieces, real[error.lineno] if 0 < (error.lineno or 0) < len(real) else 0
-                )
+                at = error.lineno or 0
+                prose = _prose(pieces, real[at] if 0 < at < len(real) else 0)
                 if prose is None:
                     break
                 pieces = [piece for piece in pieces if piece != prose]

@@ -85,9 +85,8 @@ def helpers_of(source: Source) -> dict[str, frozenset[int]]:
                             if isinstance(name, ast.Name):
                                 table[name.id] = majors
     for probe, helper in _platform_probes(source).items():
-        majors = helper_majors(helper, table)
-        if majors is not None:
-            table[PROBE + probe] = majors
+        if (probed := helper_majors(helper, table)) is not None:
+            table[PROBE + probe] = probed
     return table
 
 

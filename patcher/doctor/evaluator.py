@@ -111,7 +111,7 @@ class Evaluator:
                 if majors is not None and majors == {NEW}:
                     return True
             elif (probe := probe_of(part)) is not None:
-                if self.helpers.get(PROBE + probe) == {NEW}:
+                if self.helpers.get(PROBE + probe) == frozenset({NEW}):
                     return True
             elif isinstance(part, ast.Name) and depth < 3 and self._alias_names_new(part.id, depth):
                 return True
