@@ -388,9 +388,13 @@ def test_ctrl_c_while_libcst_imports_is_an_interrupt(site_059: Path) -> None:
     assert result.stderr.strip() == "sglpatch: error: interrupted"
 
 
-# The console script's entry: Ctrl-C while the CLI itself (typer first) is importing.
+# What the `sglpatch` console script does (load its entry point, call it), with Ctrl-C while
+# the CLI itself (typer first) is importing.
 TRIP_CLI = TRIP.replace("libcst._batched_visitor", "typer").replace(
-    "from sglpatch.cli import main", "from sglpatch.__main__ import main"
+    "from sglpatch.cli import main",
+    "from importlib.metadata import entry_points\n"
+    "(script,) = entry_points(group='console_scripts', name='sglpatch')\n"
+    "main = script.load()",
 )
 
 
