@@ -36,8 +36,10 @@ _DEVICE_VALUE = re.compile(rf"(?:is_sm\d|blackwell|hopper_with|device_sm\b|{_CAP
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w, ()]*?)\s*=(?!=)")
 
 
-_KEYWORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"device_sm", b"hopper_with",
-             b"ampere_with", b"major")  # fmt: skip
+# Each is a pass through the file. `_with_cuda` stands for is_hopper_with_cuda_12_3 and
+# is_ampere_with_cuda_12_3 (one pass for the two).
+_KEYWORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"device_sm", b"_with_cuda",
+             b"major")  # fmt: skip
 
 
 def keyword_lines(data: bytes, starts: Starts, lines: Sequence[str]) -> list[int]:
@@ -55,6 +57,8 @@ def keyword_lines(data: bytes, starts: Starts, lines: Sequence[str]) -> list[int
                 whole = data[end : end + 1].isdigit()
             elif word == b"device_sm":  # get_device_sm(), get_platform().device_sm; not _count
                 whole = not _WORD_BYTE.match(data, end)
+            elif word == b"_with_cuda":
+                whole = data.endswith((b"hopper", b"ampere"), 0, index)
             elif word in (b"apabilit", b"APABILIT"):
                 # capability, CAPABILITY_x: not capabilities, not a class like CapabilityRequirement
                 whole = (
@@ -171,7 +175,9 @@ def naming_new(data: bytes, starts: Starts, helpers: Sequence[str]) -> list[int]
         if not inside:
             offsets.append(index)
         index = data.find(b"12", end)
-    for name in ("is_sm12", *helpers):
+    # `is_sm12` finds is_sm120_supported and get_platform().is_sm120 alike: a pass for it,
+    # and one for each other helper true on 12 alone.
+    for name in ("is_sm12", *(h for h in helpers if "is_sm12" not in h)):
         word = name.encode()
         index = data.find(word)
         while index != -1:
