@@ -39,7 +39,7 @@ _ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w, ()]*?)\s*=(?!=)")
 # Each is a pass through the file. `_with_cuda` stands for is_hopper_with_cuda_12_3 and
 # is_ampere_with_cuda_12_3 (one pass for the two).
 _KEYWORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"device_sm", b"_with_cuda",
-             b"major")  # fmt: skip
+             b"major", b"get_platform()")  # fmt: skip
 
 
 def keyword_lines(data: bytes, starts: Starts, lines: Sequence[str]) -> list[int]:
@@ -82,7 +82,10 @@ _HELPER_WORD = re.compile(r"is_sm\d|blackwell|hopper_with|ampere_with|device_sm\
 _OPERATION = re.compile(r"[<>]|[=!]=|\bin\b|\[\s*[01]\s*\]")
 _NOT_CODE = ("#", "import ", "from ", "def ", "async def ", "class ", "@")
 _LISTED = re.compile(r"[\w.]+,?")  # `get_device_capability,` inside an import list
-_DEVICE_RHS = re.compile(rf"is_sm\d|blackwell|hopper_with|device_sm\b|{_CAPABILITY}|\bmajor\b")
+# `p = get_platform()` too: `p.is_sm100` reads a platform probe through it.
+_DEVICE_RHS = re.compile(
+    rf"is_sm\d|blackwell|hopper_with|device_sm\b|{_CAPABILITY}|\bmajor\b|get_platform\(\)"
+)
 
 
 def _evaluable(line: str) -> bool:

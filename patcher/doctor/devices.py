@@ -120,14 +120,14 @@ def _platform_probes(source: Source) -> dict[str, str]:
 
 def probe_of(node: ast.AST) -> str | None:
     """`is_sm100` for `get_platform().is_sm100`, else None."""
-    if (
-        isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Call)
-        and not node.value.args
-        and _called(node.value.func) == "get_platform"
-    ):
+    if isinstance(node, ast.Attribute) and is_platform(node.value):
         return node.attr
     return None
+
+
+def is_platform(node: ast.AST) -> bool:
+    """`get_platform()`: SGLang's platform facade."""
+    return isinstance(node, ast.Call) and not node.args and _called(node.func) == "get_platform"
 
 
 def _called(func: ast.expr) -> str:

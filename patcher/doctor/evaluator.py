@@ -26,6 +26,7 @@ from sglpatch.doctor.devices import (
     Aliases,
     Device,
     helper_majors,
+    is_platform,
     probe_of,
 )
 
@@ -110,7 +111,7 @@ class Evaluator:
                 majors = self._helper(part.func.id)
                 if majors is not None and majors == {NEW}:
                     return True
-            elif (probe := probe_of(part)) is not None:
+            elif (probe := self.probe(part)) is not None:
                 if self.helpers.get(PROBE + probe) == frozenset({NEW}):
                     return True
             elif isinstance(part, ast.Name) and depth < 3 and self._alias_names_new(part.id, depth):
@@ -198,7 +199,7 @@ class Evaluator:
                     return found
             return self._named(node.id, device)
         if isinstance(node, ast.Attribute):
-            probe = probe_of(node)
+            probe = self.probe(node)
             if probe is not None:
                 return self._probe(probe, device)
             # `version.major` is a library's; only capability-named attributes count
@@ -209,6 +210,19 @@ class Evaluator:
                 return None
             return self.value(node.body if test else node.orelse, device, world, depth + 1)
         return None
+
+    def probe(self, node: ast.AST) -> str | None:
+        """`is_sm100` for `get_platform().is_sm100`, and for `p.is_sm100` in a scope that
+        assigns `p = get_platform()` (and nothing else to `p`)."""
+        found = probe_of(node)
+        if found is None and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            for table in (self.local_aliases, self.module_aliases):
+                if node.value.id in table:
+                    values = table[node.value.id]
+                    if all(index is None and is_platform(value) for value, index in values):
+                        return node.attr
+                    return None
+        return found
 
     def _probe(self, probe: str, device: Device) -> Value:
         """`get_platform().<probe>` on `device`: SGLang's answer, as its helper gives it."""

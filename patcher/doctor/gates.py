@@ -89,7 +89,8 @@ class Gates:
                 return False
             evaluator = self.evaluator(function)
             self.handles_new[key] = any(
-                isinstance(node, (ast.Compare, ast.Call)) and evaluator.names_new(node)
+                isinstance(node, (ast.Compare, ast.Call, ast.Attribute))
+                and evaluator.names_new(node)
                 for node in ast.walk(function)
             )
         return self.handles_new[key]
@@ -273,7 +274,7 @@ def _open_ended(test: ast.expr, evaluator: Evaluator) -> bool:
             majors = devices.helper_majors(part.func.id, evaluator.helpers)
             if majors and NEW in majors and majors & KNOWN:
                 return True
-        elif (probe := devices.probe_of(part)) is not None:
+        elif (probe := evaluator.probe(part)) is not None:
             majors = evaluator.helpers.get(devices.PROBE + probe)
             if majors and NEW in majors and majors & KNOWN:
                 return True
