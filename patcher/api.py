@@ -544,14 +544,17 @@ def diagnose(
 
     if target.release is not None:
         warmup.submit(target.package_dir, target.release, catalog)
-    result = verdict.diagnose(
-        target.package_dir,
-        target.release,
-        catalogue.load(catalog),
-        model,
-        strict=strict,
-        progress=progress,
-    )
+    try:
+        result = verdict.diagnose(
+            target.package_dir,
+            target.release,
+            catalogue.load(catalog),
+            model,
+            strict=strict,
+            progress=progress,
+        )
+    finally:
+        warmup.stop()  # answered, not needed, or the diagnosis failed: it ends here
     return DoctorReport(target, result)
 
 

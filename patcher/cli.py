@@ -762,7 +762,7 @@ def doctor(
 
 
 def _stderr_is_terminal() -> bool:
-    return sys.stderr.isatty()
+    return sys.stderr is not None and sys.stderr.isatty()  # None: started with stderr closed
 
 
 def _progress(stage: str) -> None:
@@ -823,6 +823,8 @@ _nothing_to_release = False
 
 
 def main() -> None:
+    global _nothing_to_release  # set by this run's command only
+    _nothing_to_release = False
     try:
         app()
     except SystemExit as done:
@@ -839,8 +841,9 @@ def _end_now(code: object) -> None:
     """Flush the output and end the process at once, with `code`; return if flushing fails,
     so that the usual exit reports it."""
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # None: the process started with it closed
+                stream.flush()
     except (OSError, ValueError):
         return
     os._exit(code if isinstance(code, int) else ExitCode.OK if code is None else ExitCode.BUG)

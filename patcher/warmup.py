@@ -41,11 +41,19 @@ def start(args: Sequence[str]) -> None:
     global _worker
     if _worker is not None or args[:1] != ["doctor"] or not hasattr(os, "fork"):
         return
-    if (os.cpu_count() or 1) < 2:
+    if usable_cores() < 2:
         return
-    jobs_in, jobs = os.pipe()
-    answers, answers_out = os.pipe()
-    pid = os.fork()
+    pipes: list[int] = []
+    try:
+        jobs_in, jobs = os.pipe()
+        pipes += (jobs_in, jobs)
+        answers, answers_out = os.pipe()
+        pipes += (answers, answers_out)
+        pid = os.fork()
+    except OSError:  # no pipe or process to spare: the CLI checks alone
+        for fd in pipes:
+            os.close(fd)
+        return
     if pid == 0:  # the worker: never returns
         os.close(jobs)
         os.close(answers)
@@ -62,6 +70,18 @@ def start(args: Sequence[str]) -> None:
 
 def running() -> bool:
     return _worker is not None
+
+
+def stop() -> None:
+    """Stop the worker: its answer was taken, or will not be (the command ended otherwise)."""
+    _stop()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), not all the machine has."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def submit(package_dir: Path, release: Version, catalog: Path | None) -> None:

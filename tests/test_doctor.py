@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -454,6 +455,12 @@ IMPORTS = "from sglang.srt.utils import get_device_sm, is_blackwell, is_sm100_su
         ("ok = get_device_sm() >= 80\n", None, ""),  # Ampere too: no SM90/SM100 path
         ("v = torch_version.major >= 2\n", None, ""),  # a library's version
         ("ok = CUDA_CAPABILITY[1] == 9\n", None, ""),  # a minor version
+        (  # a code sample in a docstring is prose
+            'def pick():\n    """For example:\n\n    if is_sm100_supported():\n'
+            '        return "trtllm"\n    """\n    return "triton"\n',
+            None,
+            "",
+        ),
         (
             "def f():\n    assert major in (9, 10), 'x'\n    if major == 10:\n        return 1\n",
             "refusal",
@@ -524,6 +531,13 @@ def test_platform_probes_are_read_from_the_targets_own_table(tmp_path: Path) -> 
         "if get_platform().is_hip:\n    if get_platform().is_sm100:\n        a = 1\n": [],
         # a probe the table does not know decides nothing
         "if get_platform().is_sm100_or_newer:\n    a = 1\n": [],
+        # through a name the scope assigns from get_platform()
+        "def f():\n    p = get_platform()\n    if p.is_sm100:\n        return 1\n    return 2\n": [
+            "excludes"
+        ],
+        # a function that asks the is_sm120 probe has thought about 12
+        "def f():\n    if get_platform().is_sm120:\n        return 3\n"
+        "    if get_platform().is_sm100:\n        return 1\n    return 2\n": [],
     }
     for code, kinds in cases.items():
         found = scanner.scan_bytes(code.encode(), "sglang/m.py", helpers)
@@ -596,6 +610,40 @@ def test_git_grep_picks_the_files_the_byte_tests_would(
     for path, shown in rejected:  # what git left out, the byte tests reject
         assert scanner.scan_bytes(Path(path).read_bytes(), shown, helpers) == [], shown
     assert picked.result() == every.result()
+
+
+def test_git_grep_that_names_files_from_the_repository_top_is_not_used(tmp_path: Path) -> None:
+    """grep.fullName (an editable checkout's repository may set it) or an old git that reads
+    the user's config: names not relative to the package mean git's answer is dropped."""
+    package = tmp_path / "repo" / "python" / "sglang"
+    write(package / "srt" / "a.py", "if is_sm100_supported():\n    a = 1\n")
+    write(package / "srt" / "b.py", "a = 1\n")
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "config", "grep.fullName", "true"], check=True)
+    grep = scanner._GitGrep(Source(package))
+    assert grep.files() == {"srt/a.py"}  # --no-full-name wins over the repository's config
+    assert scanner._GitGrep(Source(package)).root == package
+    grep = scanner._GitGrep(Source(package))
+    assert grep.process is not None
+    grep.root = tmp_path  # as if git had named the files from somewhere else
+    assert grep.files() is None
+
+
+def test_a_scan_that_cannot_fork_runs_here(
+    trees: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = Source(trees["0.5.9"] / "sglang")
+    helpers = devices.helpers_of(source)
+
+    def no_fork() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    expected = scanner.scan(source, helpers)
+    monkeypatch.setattr(os, "fork", no_fork)
+    shared = scanner.Scan(source, helpers)
+    assert shared.worker is None
+    assert shared.result() == expected
 
 
 def test_a_scan_whose_worker_dies_finishes_in_the_caller(trees: dict[str, Path]) -> None:

@@ -60,6 +60,27 @@ def test_a_dead_warm_process_leaves_the_checks_to_the_cli(tree: Path, stopped: N
     assert not warmup.running()
 
 
+def test_no_process_to_spare_is_no_error(monkeypatch: pytest.MonkeyPatch, stopped: None) -> None:
+    def no_fork() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    before = len(list(Path("/proc/self/fd").iterdir()))
+    monkeypatch.setattr(os, "fork", no_fork)
+    warmup.start(["doctor"])
+    assert not warmup.running()
+    assert len(list(Path("/proc/self/fd").iterdir())) == before  # its pipes closed again
+
+
+def test_doctor_with_stderr_closed_still_answers(tree: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "sglpatch", "doctor", "--target", str(tree)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=False,
+        preexec_fn=lambda: os.close(2),
+    )  # fmt: skip
+    assert done.returncode == 5
+    assert done.stdout.startswith("capability 12 (SGLang 0.5.9): ")
+
+
 def test_only_doctor_starts_one(stopped: None) -> None:
     for args in ([], ["apply"], ["status", "doctor"], ["--help"]):
         warmup.start(args)

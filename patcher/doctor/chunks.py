@@ -211,10 +211,13 @@ def _kept(
     if last - first < _LONG_IF or not _IF.match(lines[first - 1]):
         return [(first, last)]
     indent = _indent(lines[first - 1])
+    quoted = _inside_strings(lines, first, last)
     clauses = [first] + [
         number
         for number in range(first + 1, last + 1)
-        if _indent(lines[number - 1]) == indent and _CLAUSE.match(lines[number - 1], indent or 0)
+        if _indent(lines[number - 1]) == indent
+        and _CLAUSE.match(lines[number - 1], indent or 0)
+        and number not in quoted
     ]
     ranges = []
     for index, start in enumerate(clauses):
@@ -266,10 +269,11 @@ def _body_statements(lines: Sequence[str], first: int, end: int) -> list[tuple[i
     indent = None
     starts: list[int] = []
     decorated = False
+    quoted = _inside_strings(lines, first, end)
     for number in range(first, end + 1):
         text = lines[number - 1]
         level = _indent(text)
-        if level is None:
+        if level is None or number in quoted:
             continue
         if indent is None:
             indent = level
@@ -282,6 +286,25 @@ def _body_statements(lines: Sequence[str], first: int, end: int) -> list[tuple[i
         (start, (starts[i + 1] - 1) if i + 1 < len(starts) else end)
         for i, start in enumerate(starts)
     ]
+
+
+def _inside_strings(lines: Sequence[str], first: int, last: int) -> set[int]:
+    """The lines after the first of a triple-quoted string (a docstring's prose, a code sample
+    in it): no statement starts there, whatever it looks like."""
+    inside: set[int] = set()
+    quote = None
+    for number in range(first, last + 1):
+        text = lines[number - 1]
+        if quote is not None:
+            inside.add(number)
+            if text.count(quote) % 2:
+                quote = None
+        elif '"""' in text or "'''" in text:
+            for mark in ('"""', "'''"):
+                if text.count(mark) % 2:
+                    quote = mark
+                    break
+    return inside
 
 
 def _dedent(text: str, indent: int) -> str:

@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, NoReturn
 from sglpatch.doctor import candidates, chunks, devices, gates, tables
 from sglpatch.doctor.findings import Finding
 from sglpatch.doctor.source_tree import Source
+from sglpatch.warmup import usable_cores
 
 # Quick byte tests before any parsing: a capability word, a helper, or a dict row keyed 10
 # (`tables`). Each test is a search through every byte of the tree: they are few, and literal.
@@ -60,18 +61,28 @@ class Scan:
         self.taken: Any = [0, len(self.jobs)]
         self.worker: int | None = None  # its pid
         self.results: BinaryIO | None = None
-        if _FORK and (os.cpu_count() or 1) > 1 and len(self.jobs) > _SMALL:
-            self.shared = mmap.mmap(-1, 8)  # anonymous, so shared across fork
-            self.taken = memoryview(self.shared).cast("i")
-            self.taken[0], self.taken[1] = 0, len(self.jobs)
-            reader, writer = os.pipe()
+        if _FORK and usable_cores() > 1 and len(self.jobs) > _SMALL:
+            with contextlib.suppress(OSError):  # no memory, pipe or process: scan here
+                self._fork()
+
+    def _fork(self) -> None:
+        shared = mmap.mmap(-1, 8)  # anonymous, so shared across fork
+        taken = memoryview(shared).cast("i")
+        taken[0], taken[1] = 0, len(self.jobs)
+        reader, writer = os.pipe()
+        try:
             pid = os.fork()
-            if pid == 0:
-                os.close(reader)
-                self._work(writer)  # never returns
+        except OSError:
+            os.close(reader)
             os.close(writer)
-            self.worker = pid
-            self.results = os.fdopen(reader, "rb")
+            raise
+        if pid == 0:
+            os.close(reader)
+            self.taken = taken
+            self._work(writer)  # never returns
+        os.close(writer)
+        self.shared, self.taken, self.worker = shared, taken, pid
+        self.results = os.fdopen(reader, "rb")
 
     def result(self) -> list[Finding]:
         found: dict[int, list[Finding]] = {}
@@ -160,13 +171,14 @@ class _GitGrep:
     failing), `files()` is None and every file is tested here."""
 
     def __init__(self, source: Source) -> None:
+        self.root = source.package_dir
         needles = [arg for word in (*_WORDS, _ROW_KEY) for arg in ("-e", word.decode())]
         skipped = [f":(exclude,glob)**/{folder}/**" for folder in _NOT_SERVED]
         self.process: subprocess.Popen[bytes] | None = None
         with contextlib.suppress(OSError):  # no git: files() says None
             self.process = subprocess.Popen(
-                ["git", "grep", "--no-index", "--no-color", "-a", "-l", "-z", "-F", *needles,
-                 "--", "*.py", *skipped],
+                ["git", "grep", "--no-index", "--no-full-name", "--no-color", "-a", "-l", "-z",
+                 "-F", *needles, "--", "*.py", *skipped],
                 cwd=source.package_dir,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -180,7 +192,12 @@ class _GitGrep:
         output, _ = self.process.communicate()
         if self.process.returncode not in (0, 1):  # 1: no file matched
             return None
-        return {os.fsdecode(name) for name in output.split(b"\0") if name}
+        names = {os.fsdecode(name) for name in output.split(b"\0") if name}
+        # Paths relative to the package, or git said something else (a config that names
+        # files from a repository's top, say): then git's answer is not used at all.
+        if not all((self.root / name).is_file() for name in names):
+            return None
+        return names
 
 
 def _python_files(source: Source) -> list[tuple[str, str, bool]]:
