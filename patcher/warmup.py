@@ -72,11 +72,6 @@ def running() -> bool:
     return _worker is not None
 
 
-def stop() -> None:
-    """Stop the worker: its answer was taken, or will not be (the command ended otherwise)."""
-    _stop()
-
-
 def usable_cores() -> int:
     """The cores this process may run on (its affinity), not all the machine has."""
     if hasattr(os, "sched_getaffinity"):
@@ -96,7 +91,7 @@ def submit(package_dir: Path, release: Version, catalog: Path | None) -> None:
         os.write(worker.jobs, pickle.dumps((str(package_dir), str(release), catalog)))
         _submitted = True
     except OSError:  # it died: the CLI checks alone
-        _stop()
+        stop()
     finally:
         with contextlib.suppress(OSError):
             os.close(worker.jobs)  # the end of the job
@@ -114,7 +109,7 @@ def checks(patches: Sequence[Patch]) -> list[PatchCheck] | None:
     except (EOFError, OSError, pickle.UnpicklingError):
         return None
     finally:
-        _stop()
+        stop()
     from sglpatch.doctor.coverage import PatchCheck
 
     by_id = {patch.id: patch for patch in patches}
@@ -123,7 +118,8 @@ def checks(patches: Sequence[Patch]) -> list[PatchCheck] | None:
     return [PatchCheck(by_id[pid], file, outcome, after) for pid, file, outcome, after in answer]
 
 
-def _stop() -> None:
+def stop() -> None:
+    """Stop the worker: its answer was taken, or will not be (the command ended otherwise)."""
     global _worker, _submitted
     _submitted = False
     if _worker is None:

@@ -35,7 +35,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def stopped() -> Iterator[None]:
     yield
-    warmup._stop()  # whatever a test left running
+    warmup.stop()  # whatever a test left running
 
 
 def test_the_warm_process_answers_what_the_checks_here_find(tree: Path, stopped: None) -> None:

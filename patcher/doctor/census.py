@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from sglpatch.doctor import chunks
-from sglpatch.doctor.source_tree import Source, absolute_module
+from sglpatch.doctor.source_tree import Source, from_imports
 from sglpatch.errors import UsageError
 
 
@@ -58,20 +58,11 @@ class _Summary:
     def imports(self) -> dict[str, tuple[str, str]]:
         """local name -> (absolute module, name there)."""
         if self._imports is None:
-            self._imports = {}
-            for match in _FROM.finditer(self.text):
-                level = len(match.group(1)) - len(match.group(1).lstrip("."))
-                module = match.group(1).lstrip(".") or None
-                node = ast.ImportFrom(module=module, names=[], level=level)
-                base = absolute_module(node, self.module)
-                if not base:
-                    continue
-                for item in match.group(2).strip("()").replace("\n", " ").split(","):
-                    parts = item.split("#")[0].split()
-                    if len(parts) == 1 and parts[0].isidentifier():
-                        self._imports[parts[0]] = (base, parts[0])
-                    elif len(parts) == 3 and parts[1] == "as":
-                        self._imports[parts[2]] = (base, parts[0])
+            self._imports = {
+                local: (base, name)
+                for base, names in from_imports(self.text, self.module)
+                for name, local in names
+            }
         return self._imports
 
     def members(self, name: str) -> frozenset[str]:
@@ -116,7 +107,6 @@ def _starts(text: str, pattern: re.Pattern[str], word: str) -> Iterator[re.Match
 
 
 _CLASS = re.compile(r"class\s+(\w+)\s*(?:\(([^)]*)\))?\s*:")
-_FROM = re.compile(r"^[ \t]*from\s+([.\w]+)\s+import\s+(\([^)]*\)|[^\n]*)", re.MULTILINE)
 _ENTRY = re.compile(r"EntryClass\s*=\s*(\[[^\]]*\]|\([^)]*\)|[^\n]*)")
 # The end of a class: the next line of code at column 0 (not a comment or a closing bracket).
 _TOP_LEVEL = re.compile(r"\n(?=[^\s#)\]}])")

@@ -57,7 +57,6 @@ class Scan:
         # [next file from the front, first file taken from the back], shared with the worker.
         # No lock (a worker killed holding one would hang the caller): at worst both scan the
         # file where they meet.
-        self.shared: mmap.mmap | None = None
         self.taken: Any = [0, len(self.jobs)]
         self.worker: int | None = None  # its pid
         self.results: BinaryIO | None = None
@@ -81,7 +80,7 @@ class Scan:
             self.taken = taken
             self._work(writer)  # never returns
         os.close(writer)
-        self.shared, self.taken, self.worker = shared, taken, pid
+        self.taken, self.worker = taken, pid  # the view keeps the mmap alive
         self.results = os.fdopen(reader, "rb")
 
     def result(self) -> list[Finding]:

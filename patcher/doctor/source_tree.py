@@ -10,11 +10,10 @@ from pathlib import Path
 
 
 class Source:
-    """The `sglang` package on disk: files read and parsed once each, on demand."""
+    """The `sglang` package on disk."""
 
     def __init__(self, package_dir: Path) -> None:
         self.package_dir = package_dir
-        self._trees: dict[Path, ast.Module | None] = {}
 
     def shown(self, path: Path) -> str:
         return f"sglang/{path.relative_to(self.package_dir).as_posix()}"
@@ -24,14 +23,6 @@ class Source:
             return path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return ""
-
-    def tree(self, path: Path) -> ast.Module | None:
-        if path not in self._trees:
-            try:
-                self._trees[path] = ast.parse(self.text(path), filename=str(path))
-            except (SyntaxError, ValueError):
-                self._trees[path] = None
-        return self._trees[path]
 
     def module_file(self, dotted: str) -> Path | None:
         if dotted != "sglang" and not dotted.startswith("sglang."):
@@ -64,32 +55,40 @@ def absolute_module(node: ast.ImportFrom, module: str) -> str | None:
     return ".".join([*package, node.module] if node.module else package) or None
 
 
+def from_imports(text: str, module: str) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+    """Each `from a import b as c` of a module's text: (absolute module, [(name, local name)]),
+    read from its lines, not parsed: an import is a statement of its own, on lines of its own."""
+    for match in _FROM_IMPORT.finditer(text):
+        level = len(match.group(1)) - len(match.group(1).lstrip("."))
+        node = ast.ImportFrom(module=match.group(1).lstrip(".") or None, names=[], level=level)
+        base = absolute_module(node, module)
+        if not base:
+            continue
+        names = []
+        for item in match.group(2).strip("()").replace("\n", " ").split(","):
+            parts = item.split("#")[0].split()
+            if len(parts) == 1 and parts[0].isidentifier():
+                names.append((parts[0], parts[0]))
+            elif len(parts) == 3 and parts[1] == "as" and parts[0].isidentifier():
+                names.append((parts[0], parts[2]))
+        yield base, names
+
+
 def imported_modules(text: str, module: str) -> Iterator[str]:
-    """The modules a module's text imports (`from a import b`: `a` and `a.b`), read from its
-    lines, not parsed: an import is a statement of its own, on lines of its own."""
+    """The modules a module's text imports (`from a import b`: `a` and `a.b`; `import a`)."""
+    for base, names in from_imports(text, module):
+        yield base
+        yield from (f"{base}.{name}" for name, _ in names)
     for match in _IMPORT.finditer(text):
-        if match.group(1) is not None:
-            level = len(match.group(1)) - len(match.group(1).lstrip("."))
-            node = ast.ImportFrom(module=match.group(1).lstrip(".") or None, names=[], level=level)
-            base = absolute_module(node, module)
-            if not base:
-                continue
-            yield base
-            for item in match.group(2).strip("()").replace("\\", " ").split(","):
-                parts = item.split("#")[0].split()
-                if parts and parts[0].isidentifier():
-                    yield f"{base}.{parts[0]}"
-        else:
-            for item in match.group(3).split("#")[0].split(","):
-                parts = item.split()
-                if parts:
-                    yield parts[0]
+        for item in match.group(1).split("#")[0].split(","):
+            if parts := item.split():
+                yield parts[0]
 
 
-_IMPORT = re.compile(
-    r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)|import[ \t]+([^\n]*))",
-    re.MULTILINE,
+_FROM_IMPORT = re.compile(
+    r"^[ \t]*from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.MULTILINE
 )
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n]*)", re.MULTILINE)
 
 
 def chain(node: ast.expr) -> list[str]:
