@@ -9,7 +9,7 @@ from packaging.version import Version
 
 from sglpatch import __version__, catalogue, diff, engine, journal
 from sglpatch.errors import LedgerError, RefusedError, UsageError
-from sglpatch.fsio import write_atomic
+from sglpatch.fsio import NotRegularFile, read_regular, write_atomic
 from sglpatch.ledger import Entry, FileRecord, Ledger, Record, State, default_directory, sha256
 from sglpatch.patch import Patch
 from sglpatch.reports import (
@@ -24,7 +24,7 @@ from sglpatch.reports import (
     StatusReport,
 )
 from sglpatch.results import AlreadyApplied, Applied, Failed, NotApplicable, Outcome
-from sglpatch.target import Target, find_target, parse_release, symlink_on_the_way
+from sglpatch.target import Target, find_target, parse_release
 
 __all__ = [
     "ApplyReport",
@@ -74,6 +74,7 @@ def apply(
     record = _record(target, ledger_dir)
     if dry_run:
         return _plan_apply(record, target, release, patches, untested, write=False, finished=None)
+    record.require_git()
     with record.locked():
         finished = journal.finish_interrupted(record, target)
         return _plan_apply(
@@ -154,7 +155,7 @@ def _plan_apply(
                 },
                 **{f"patched/{c.path}": c.after for c in plan.changes},
             },
-            tuple(journal.Write(c.path, sha256(c.before), c.after) for c in plan.changes),
+            tuple(journal.Write(c.path, sha256(c.before), c.after, c.before) for c in plan.changes),
             previous=state,
         )
         commit = journal.carry_out(record, target, change)
@@ -229,8 +230,9 @@ def revert(
     """
     target = find_target(target_path, None, required=False)
     record = _record(target, ledger_dir)
+    record.require_git()
     with record.locked():
-        finished = journal.finish_interrupted(record, target)
+        finished = journal.finish_interrupted(record, target, or_undo=True)
         done = finished.action if finished else None
         state = record.state()
         if not state.files:
@@ -241,8 +243,9 @@ def revert(
         edited: dict[str, bytes] = {}
         replaced: list[str] = []  # no longer regular files: never written over, even forced
         for path, file in sorted(state.files.items()):
-            location = _inside(target, path, record)
+            location = record.locate(path)
             digest = journal.current(location)
+            now = _read(location) if digest else None
             original = record.stored("original", path)
             if sha256(original) != file.original:
                 raise LedgerError(
@@ -256,9 +259,9 @@ def revert(
                 continue
             if digest is None and not force:
                 raise RefusedError(f"{path} is missing; revert --force recreates it")
-            if digest is not None and digest != file.patched:
-                edited[path] = location.read_bytes()
-            writes.append(journal.Write(path, digest, original))
+            if now is not None and digest != file.patched:
+                edited[path] = now
+            writes.append(journal.Write(path, digest, original, now))
         if (edited or replaced) and not force:
             raise RefusedError(_edited_message(target, state, sorted(edited), replaced))
         kept = {path: state.files[path] for path in replaced}
@@ -286,23 +289,6 @@ def revert(
             done,
             tuple(replaced),
         )
-
-
-def _inside(target: Target, path: str, record: Record) -> Path:
-    """The file a recorded path names, which must lie in the target's package."""
-    location = target.root / path
-    package = target.package_dir.resolve()
-    outside = LedgerError(
-        f"the record names {path!r}, outside the target's package", str(record.directory)
-    )
-    if ".." in path.split("/") or not location.is_relative_to(target.package_dir):
-        raise outside
-    linked = symlink_on_the_way(target, str(location.relative_to(target.package_dir)))
-    if linked is not None:
-        raise RefusedError(f"{linked} is now a symbolic link to a directory; nothing was reverted")
-    if not location.parent.resolve().is_relative_to(package):
-        raise outside
-    return location
 
 
 def _refuse_foreign(record: Record) -> None:
@@ -496,9 +482,10 @@ def _release(target: Target) -> Version:
 
 
 def _read(path: Path) -> bytes | None:
+    """A regular file's bytes; None if it is missing or not a regular file."""
     try:
-        return path.read_bytes()
-    except (FileNotFoundError, IsADirectoryError):
+        return read_regular(path)
+    except (FileNotFoundError, NotRegularFile):
         return None
 
 

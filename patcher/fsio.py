@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Sequence
+import stat
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from sglpatch.errors import TargetError
+from sglpatch.errors import RefusedError, TargetError
 
 STAGE_SUFFIX = ".sglpatch"
+# More than any source file SGLang ships; a larger "source file" is not one.
+READ_LIMIT = 64 * 1024 * 1024
 
 # Tests set this to fail (or kill the process) at a named step: "stage", "replace",
 # "ledger-commit", "journal". Production code never sets it.
@@ -21,27 +24,195 @@ def fault_point(step: str, path: Path) -> None:
         fault_hook(step, path)
 
 
+def sha256(data: bytes) -> str:
+    import hashlib  # OpenSSL's loader costs a dry run more than it hashes
+
+    return hashlib.sha256(data).hexdigest()
+
+
+class NotRegularFile(OSError):
+    """A path that should hold a file's bytes is a FIFO, a device, a directory or too large."""
+
+
+def read_regular(path: Path, limit: int = READ_LIMIT) -> bytes:
+    """The bytes of a regular file, read without blocking: a FIFO or a device is refused."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularFile(f"{path} is not a regular file")
+        if info.st_size > limit:
+            raise NotRegularFile(f"{path} is over {limit} bytes")
+        chunks = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        if left <= 0:
+            raise NotRegularFile(f"{path} grew past {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def digest_of(path: Path) -> str | None:
+    """sha256 of a file; None if it is missing; "" if it is not a regular file. Raises OSError."""
+    try:
+        return sha256(read_regular(path))
+    except FileNotFoundError:
+        return None
+    except NotRegularFile:
+        return ""
+
+
+class ChangedWhileRunning(RefusedError):
+    """A file no longer holds the bytes a change was computed from: someone else wrote it."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(
+            f"{path} changed while sglpatch was running; nothing was changed, run again"
+        )
+        self.path = path
+
+
+class ReplaceFailed(TargetError):
+    """A file could not be replaced; `undone` says whether the files replaced before it were put
+    back (if not, the journal finishes or undoes the change on the next run)."""
+
+    def __init__(self, message: str, path: Path, undone: bool) -> None:
+        super().__init__(message, str(path))
+        self.undone = undone
+
+
 class Staged:
     """New contents written beside their files, ready to be renamed over them."""
 
     def __init__(self, pairs: list[tuple[Path, Path]]) -> None:
         self._pairs = pairs  # (staged copy, destination)
+        self._replaced: list[tuple[Path, bytes | None]] = []  # destinations and their old bytes
 
-    def replace(self) -> None:
-        """Rename every staged copy over its file: each rename is atomic."""
+    def replace(self, expected: Mapping[Path, str | None] | None = None) -> None:
+        """Rename every staged copy over its file, each atomically, or put every file back.
+
+        Before the first rename, every file must be one a rename can replace (see
+        `replace_problem`). With `expected` (path -> sha256 of the bytes the change was computed
+        from, None for a missing file), each file is checked against it at the last moment
+        before its rename: a file someone wrote meanwhile stops the change, and the files already
+        replaced get their old bytes back.
+        """
+        mounts = _mount_points()
+        for _, path in self._pairs:
+            problem = replace_problem(path, mounts)
+            if problem is not None:
+                self.discard()
+                raise ReplaceFailed(f"{problem}; nothing was changed", path, undone=True)
         for index, (temp, path) in enumerate(self._pairs):
             try:
                 fault_point("replace", path)
+                old = _old_bytes(path)
+                now = sha256(old) if old is not None else None
+                if expected is not None and path in expected and now != expected[path]:
+                    raise ChangedWhileRunning(path)
                 temp.replace(path)
-            except BaseException:
+            except BaseException as error:
                 Staged(self._pairs[index:]).discard()
+                if not self.restore():
+                    raise ReplaceFailed(
+                        "stopped, and the files replaced before it could not be put back; "
+                        "the next run finishes the change",
+                        path,
+                        undone=False,
+                    ) from error
+                if isinstance(error, OSError):
+                    reason = error.strerror or str(error)
+                    raise ReplaceFailed(
+                        f"cannot replace: {reason}; nothing was changed", path, undone=True
+                    ) from None
                 raise
+            self._replaced.append((path, old))
             _fsync_dir(path.parent)
             drop_bytecode(path)
+
+    def restore(self) -> bool:
+        """Put back the old bytes of every file `replace` replaced; False if one could not be."""
+        whole = True
+        for path, old in reversed(self._replaced):
+            try:
+                if old is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    _stage(path, old).replace(path)
+                drop_bytecode(path)
+            except OSError:
+                whole = False
+        self._replaced.clear()
+        return whole
 
     def discard(self) -> None:
         for temp, _ in self._pairs:
             temp.unlink(missing_ok=True)
+
+
+def _old_bytes(path: Path) -> bytes | None:
+    try:
+        return read_regular(path)
+    except FileNotFoundError:
+        return None
+
+
+def replace_problem(path: Path, mounts: frozenset[str]) -> str | None:
+    """Why renaming a new file over `path` would fail or do harm; None if it would not.
+
+    A rename changes the file's owner to whoever runs it, so a file owned by someone else is
+    refused unless root runs (root keeps the owner). A mount point (a bind-mounted file) or an
+    immutable file cannot be renamed over; a read-only one must not be.
+    """
+    folder = path.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "its folder is not writable"
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"cannot read: {error.strerror}"
+    if not os.access(path, os.W_OK):
+        mode = stat.S_IMODE(info.st_mode)
+        return f"not writable (owned by {_user(info.st_uid)}, mode {mode:04o}; or immutable)"
+    if os.geteuid() != 0 and info.st_uid != os.geteuid():
+        return (
+            f"owned by {_user(info.st_uid)}: replacing it would make it yours; "
+            f"run sglpatch as {_user(info.st_uid)}"
+        )
+    if info.st_dev != folder.stat().st_dev or os.path.realpath(path) in mounts:
+        return "a mount point (bind-mounted?): it cannot be replaced in place"
+    return None
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _mount_points() -> frozenset[str]:
+    """Every mount point this process sees (Linux's /proc/self/mountinfo; empty elsewhere)."""
+    try:
+        lines = read_regular(Path("/proc/self/mountinfo")).decode(errors="replace").splitlines()
+    except OSError:
+        return frozenset()
+    points = set()
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) > 4:  # octal escapes: \040 for a space, \011 for a tab...
+            points.add(fields[4].encode().decode("unicode_escape", errors="replace"))
+    return frozenset(points)
 
 
 def stage(writes: Sequence[tuple[Path, bytes]]) -> Staged:
@@ -63,9 +234,13 @@ def stage(writes: Sequence[tuple[Path, bytes]]) -> Staged:
     return Staged(pairs)
 
 
-def replace_files(writes: Sequence[tuple[Path, bytes]]) -> None:
+def replace_files(
+    writes: Sequence[tuple[Path, bytes]], expected: Mapping[Path, str | None] | None = None
+) -> Staged:
     """Write every file or none (for a crash in the middle, see the journal)."""
-    stage(writes).replace()
+    staged = stage(writes)
+    staged.replace(expected)
+    return staged
 
 
 def _stage(path: Path, data: bytes) -> Path:

@@ -1,17 +1,21 @@
 """Journaled changes: an apply or revert cut short by a crash is finished by the next run.
 
-A change is carried out in this order: (1) the journal, holding everything the change writes, is
-saved beside the ledger; (2) the new target bytes are staged beside their files; (3) the ledger
-commits; (4) each staged file is renamed over its target (atomic per file); (5) the journal is
-removed. Killed at any point, every target file is either its old or its new bytes, and the next
-apply or revert replays the journal (idempotently) before doing what it was asked. Ctrl-C (SIGINT)
-in steps (1) to (5) is held until the change is complete, then reported: it never splits one.
-Until a journal is finished, `effective_state` tells which side of the change each file is on.
+A change is carried out in this order: (1) the journal, holding everything the change writes and
+the bytes it replaces, is saved beside the ledger; (2) the new target bytes are staged beside their
+files; (3) each staged file is renamed over its target (atomic per file), after checking, at the
+last moment, that the target still holds the bytes the change was computed from; (4) the ledger
+commits; (5) the journal is removed. If a rename or the commit fails, the files already renamed get
+their old bytes back and nothing has changed. Killed at any point, every target file is either its
+old or its new bytes, and the next apply or revert replays the journal (idempotently) before doing
+what it was asked; a journal that cannot be replayed is undone by revert. Ctrl-C (SIGINT) in steps
+(1) to (5) is held until the change is complete, then reported: it never splits one. Until a
+journal is finished, `effective_state` tells which side of the change each file is on.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import signal
 import threading
@@ -32,6 +36,7 @@ class Write(NamedTuple):
     path: str
     before: str | None  # sha256 of the bytes it replaces; None if the file is missing
     after: bytes
+    old: bytes | None = None  # the bytes it replaces, to undo it (absent in older journals)
 
 
 class Change(NamedTuple):
@@ -50,7 +55,13 @@ class Change(NamedTuple):
             "previous": json.loads(self.previous.to_json()) if self.previous else None,
             "ledger_files": {k: _b64(v) for k, v in self.ledger_files.items()},
             "writes": [
-                {"path": w.path, "before": w.before, "after": _b64(w.after)} for w in self.writes
+                {
+                    "path": w.path,
+                    "before": w.before,
+                    "after": _b64(w.after),
+                    **({"old": _b64(w.old)} if w.old is not None else {}),
+                }
+                for w in self.writes
             ],
         }
         return json.dumps(data).encode()
@@ -63,11 +74,17 @@ class Change(NamedTuple):
             data["message"],
             State.from_json(data["state"]),
             {k: base64.b64decode(v) for k, v in data["ledger_files"].items()},
-            tuple(
-                Write(w["path"], w["before"], base64.b64decode(w["after"])) for w in data["writes"]
-            ),
+            tuple(_write(w) for w in data["writes"]),
             State.from_json(data["previous"]) if data.get("previous") else None,
         )
+
+
+def _write(data: Mapping[str, Any]) -> Write:
+    path, before = data["path"], data["before"]
+    if not isinstance(path, str) or not isinstance(before, (str, type(None))):
+        raise TypeError(f"a write names {path!r} with the hash {before!r}")
+    old = base64.b64decode(data["old"]) if data.get("old") is not None else None
+    return Write(path, before, base64.b64decode(data["after"]), old)
 
 
 def _b64(data: bytes) -> str:
@@ -84,8 +101,8 @@ def pending(record: Record) -> str | None:
     if not path.exists():
         return None
     try:
-        return str(json.loads(path.read_bytes())["action"])
-    except (OSError, ValueError, KeyError):
+        return str(json.loads(fsio.read_regular(path))["action"])
+    except (OSError, ValueError, KeyError, TypeError):
         return "unknown"
 
 
@@ -95,8 +112,8 @@ def load(record: Record) -> Change | None:
     if not path.exists():
         return None
     try:
-        return Change.from_json(path.read_bytes())
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        return Change.from_json(fsio.read_regular(path))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise LedgerError(f"the journal {path} is unreadable ({error})") from None
 
 
@@ -123,6 +140,7 @@ def held_interrupts() -> Iterator[None]:
 def carry_out(record: Record, target: Target, change: Change) -> str:
     """Do `change` as described above; return the ledger commit."""
     path = journal_path(record)
+    files = [record.locate(w.path) for w in change.writes]
     with held_interrupts():
         fsio.fault_point("journal", path)
         try:
@@ -132,18 +150,24 @@ def carry_out(record: Record, target: Target, change: Change) -> str:
                 f"cannot write the journal: {error.strerror}", str(path.parent)
             ) from None
         try:
-            staged = fsio.stage([(target.root / w.path, w.after) for w in change.writes])
+            staged = fsio.replace_files(
+                [(file, w.after) for file, w in zip(files, change.writes, strict=True)],
+                {file: w.before for file, w in zip(files, change.writes, strict=True)},
+            )
+        except fsio.ReplaceFailed as error:
+            if error.undone:
+                path.unlink(missing_ok=True)
+            raise
         except BaseException:
-            path.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)  # every file has its old bytes: nothing to finish
             raise
         try:
             commit = record.commit(change.message, change.state, change.ledger_files)
         except BaseException:
-            # The ledger rolled its work tree back: nothing changed, nothing to finish.
-            staged.discard()
-            path.unlink(missing_ok=True)
+            # The ledger rolled its work tree back; the files get their old bytes back too.
+            if staged.restore():
+                path.unlink(missing_ok=True)
             raise
-        staged.replace()
         path.unlink(missing_ok=True)
     return commit
 
@@ -151,13 +175,9 @@ def carry_out(record: Record, target: Target, change: Change) -> str:
 def current(file: Path) -> str | None:
     """sha256 of a target file; None if missing; "" if it is not a regular file (a directory)."""
     try:
-        return sha256(file.read_bytes())
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
-        return ""
+        return fsio.digest_of(file)
     except OSError as error:
-        raise RefusedError(f"{file}: cannot read: {error.strerror}") from None
+        raise RefusedError(f"{file}: cannot read: {error.strerror or error}") from None
 
 
 def effective_state(record: Record, target: Target, change: Change) -> State:
@@ -172,7 +192,7 @@ def effective_state(record: Record, target: Target, change: Change) -> State:
     done = 0
     for write in change.writes:
         path = record.local(write.path)
-        if current(target.root / path) == sha256(write.after):
+        if current(record.locate(path)) == sha256(write.after):
             done += 1
             continue
         files.pop(path, None)
@@ -185,21 +205,27 @@ def effective_state(record: Record, target: Target, change: Change) -> State:
     return State(side.release, sorted(patches), files, side.skipped, after.extra)
 
 
-def finish_interrupted(record: Record, target: Target) -> Change | None:
-    """Replay a journal left by a killed run; return what it finished, if anything."""
+def finish_interrupted(record: Record, target: Target, *, or_undo: bool = False) -> Change | None:
+    """Replay a journal left by a killed run; return what it finished, if anything.
+
+    With `or_undo` (revert), a journal that cannot be replayed (a file that can no longer be
+    replaced) is undone instead: its files get back the bytes they had before it, and the
+    ledger, which commits only after every file is replaced, still holds what it held before.
+    """
     change = load(record)
     if change is None:
         return None
     path = journal_path(record)
-    todo, stray = [], []
+    todo, stray, expected = [], [], {}
     for write in change.writes:
-        file = target.root / record.local(write.path)
+        file = record.locate(write.path)
         fsio.sweep_stages(file)
         digest = current(file)
         if digest == sha256(write.after):
             continue
         if digest == write.before:
             todo.append((file, write.after))
+            expected[file] = write.before
         else:
             stray.append(write.path)
     if stray:
@@ -208,8 +234,41 @@ def finish_interrupted(record: Record, target: Target) -> Change | None:
             f"write; check them, then delete {path} to go on"
         )
     with held_interrupts():
+        try:
+            staged = fsio.replace_files(todo, expected)
+        except fsio.ReplaceFailed:
+            if not or_undo:
+                raise
+            _undo(record, change)
+            path.unlink(missing_ok=True)
+            return None
         state = change.state.with_paths(record.local)
-        record.commit(change.message, state, change.ledger_files)  # a no-op if it got that far
-        fsio.replace_files(todo)
+        with contextlib.suppress(OSError):
+            record.drop_lock_left_since(path.stat().st_mtime)
+        try:
+            record.commit(change.message, state, change.ledger_files)  # a no-op if it got that far
+        except BaseException:
+            staged.restore()  # the files written now; the journal stays, to finish later
+            raise
         path.unlink(missing_ok=True)
     return change
+
+
+def _undo(record: Record, change: Change) -> None:
+    """Give every file the change wrote its old bytes back, from the journal."""
+    back, expected = [], {}
+    for write in change.writes:
+        file = record.locate(write.path)
+        if current(file) != sha256(write.after):
+            continue  # never written, or undone already
+        if write.old is None and write.before is not None:
+            raise RefusedError(
+                f"an interrupted {change.action} cannot be finished or undone: its journal "
+                f"{journal_path(record)} does not hold the old bytes of {write.path}"
+            )
+        if write.old is None:
+            file.unlink(missing_ok=True)
+            continue
+        back.append((file, write.old))
+        expected[file] = sha256(write.after)
+    fsio.replace_files(back, expected)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import re
 import time
@@ -23,9 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sglpatch.errors import LedgerError, LockedError, RefusedError
-from sglpatch.fsio import fault_point, write_atomic
-from sglpatch.target import Target
+from sglpatch.errors import LedgerError, LockedError, RefusedError, UsageError
+from sglpatch.fsio import fault_point, read_regular, sha256, write_atomic
+from sglpatch.patch import path_problem
+from sglpatch.target import Target, symlink_on_the_way
+
+__all__ = ["Entry", "FileRecord", "Ledger", "Record", "State", "default_directory", "sha256"]
+
+# Another ledger's files are hints: read them without waiting on them, and never much of them.
+HINT_LIMIT = 16 * 1024 * 1024
 
 README = """\
 # sglpatch ledger
@@ -42,12 +49,6 @@ Deleting a target's folder makes sglpatch forget its patches: revert them first.
 """
 
 AUTHOR = ("sglpatch", "sglpatch@localhost")
-
-
-def sha256(data: bytes) -> str:
-    import hashlib  # OpenSSL's loader costs a dry run more than it hashes
-
-    return hashlib.sha256(data).hexdigest()
 
 
 def default_directory() -> Path:
@@ -168,8 +169,8 @@ class Ledger:
                 if folder == record.directory:
                     continue
                 try:
-                    files = json.loads(state_file.read_bytes()).get("files", {})
-                    owner = json.loads((folder / "target.json").read_bytes())["target"]
+                    files = json.loads(read_regular(state_file, HINT_LIMIT)).get("files", {})
+                    owner = json.loads(read_regular(folder / "target.json", HINT_LIMIT))["target"]
                     recorded = [(record.local(str(p)), f["patched"]) for p, f in files.items()]
                 except (OSError, ValueError, TypeError, AttributeError, KeyError):
                     continue
@@ -183,7 +184,7 @@ class Ledger:
 
 def _digest_or_none(root: Path, path: str) -> str | None:
     try:
-        return sha256((root / _confined(path)).read_bytes())
+        return sha256(read_regular(root / _confined(path)))
     except (OSError, LedgerError):
         return None
 
@@ -193,29 +194,53 @@ def _key(package: Path) -> str:
     return f"{slug}-{sha256(str(package).encode())[:12]}"
 
 
+def lock_timeout() -> float:
+    """Seconds to wait for another run's lock: `$SGLPATCH_LOCK_TIMEOUT`, 10 by default."""
+    text = os.environ.get("SGLPATCH_LOCK_TIMEOUT", "10")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise UsageError(
+            f"SGLPATCH_LOCK_TIMEOUT must be a number of seconds (0 or more), not {text!r}"
+        )
+    return seconds
+
+
 KNOWN_LEDGERS = "known-ledgers"
 
 
 def known_ledgers() -> list[Path]:
-    """Ledgers besides the default one that sglpatch created (listed in the default one)."""
+    """Ledgers besides the default one that sglpatch created (listed in the default one).
+
+    A JSON list of paths, so that any path (one holding a newline) survives; older sglpatch
+    wrote one path a line, which is still read.
+    """
     try:
-        text = (default_directory() / KNOWN_LEDGERS).read_text(encoding="utf-8")
+        raw = read_regular(default_directory() / KNOWN_LEDGERS, HINT_LIMIT)
     except OSError:
         return []
-    return [Path(line) for line in text.splitlines() if line.strip()]
+    text = raw.decode("utf-8", errors="surrogateescape")
+    try:
+        listed = json.loads(text)
+    except ValueError:
+        return [Path(line) for line in text.splitlines() if line.strip()]
+    if not isinstance(listed, list):
+        return []
+    return [Path(item) for item in listed if isinstance(item, str) and item]
 
 
 def _register(directory: Path) -> None:
     """Note a non-default ledger in the default one, so `status` elsewhere can find its records."""
     home = default_directory()
-    if directory == home or directory in known_ledgers():
+    known = known_ledgers()
+    if directory == home or directory in known:
         return
-    try:
-        home.mkdir(parents=True, exist_ok=True)
-        with (home / KNOWN_LEDGERS).open("a", encoding="utf-8") as handle:
-            handle.write(f"{directory}\n")
-    except OSError:
-        pass  # a hint for status, never a reason to fail a change
+    listed = [str(path) for path in (*known, directory)]
+    data = json.dumps(listed, ensure_ascii=True, indent=1).encode("ascii", "surrogateescape")
+    with contextlib.suppress(OSError, UnicodeError):  # a hint for status, never a failure
+        write_atomic(home / KNOWN_LEDGERS, data + b"\n")
 
 
 # Beside HEAD, in .git (untracked): the sha256 of the state.json HEAD holds. A work-tree
@@ -267,7 +292,7 @@ class Record:
         """state.json as HEAD holds it: a plain read when the work tree agrees with HEAD."""
         path = self.directory / "state.json"
         try:
-            data = path.read_bytes()
+            data = read_regular(path)
         except FileNotFoundError:
             data = None
         except OSError as error:
@@ -284,7 +309,12 @@ class Record:
         return self._head_state()
 
     def _head_state(self) -> bytes | None:
-        """state.json from HEAD, via the git command (gitpython costs status too much)."""
+        """state.json from HEAD, via the git command (gitpython costs status too much).
+
+        None only when nothing was ever committed. A HEAD git cannot read, a branch naming a
+        missing or empty commit, or a work tree recording files with no commit behind it is a
+        damaged ledger: believing it would show patched files as "not applied".
+        """
         import subprocess
 
         def git(*args: str) -> subprocess.CompletedProcess[bytes]:
@@ -294,13 +324,111 @@ class Record:
 
         try:
             if git("rev-parse", "-q", "--verify", "HEAD^{commit}").returncode != 0:
+                self._check_unborn()
                 return None  # no commit yet: nothing was ever recorded
             shown = git("cat-file", "blob", "HEAD:state.json")
         except OSError as error:
-            raise LedgerError(f"cannot read HEAD ({error})", str(self.directory)) from None
+            raise self._needs_git(error) from None
         if shown.returncode != 0:
-            return None
+            raise LedgerError("HEAD holds no state.json", str(self.directory))
         return shown.stdout
+
+    def _check_unborn(self) -> None:
+        """Raise unless HEAD is a branch with no commit yet (a ledger whose first commit failed)."""
+        import subprocess
+
+        try:
+            head = subprocess.run(
+                ["git", "-C", str(self.directory), "symbolic-ref", "-q", "HEAD"],
+                capture_output=True,
+                check=False,
+            )
+        except OSError as error:
+            raise self._needs_git(error) from None
+        branch = head.stdout.decode(errors="replace").strip()
+        head_is = f"names {branch}" if branch else "is unreadable"
+        damaged = LedgerError(
+            f"its git repository is damaged (HEAD {head_is}, which holds no commit); "
+            "sglpatch cannot tell what it applied. Repair it with git, "
+            "or restore the ledger from a backup",
+            str(self.directory),
+        )
+        if head.returncode != 0 or not branch.startswith("refs/heads/"):
+            raise damaged
+        git_dir = self.directory / ".git"
+        packed = git_dir / "packed-refs"
+        if (git_dir / branch).exists() or (
+            packed.is_file() and f" {branch}" in packed.read_text(errors="replace")
+        ):
+            raise damaged  # the branch exists but names nothing readable
+        if (self.ledger.directory / "pending" / f"{self.key}.json").exists():
+            return  # a first commit cut short: its journal finishes it
+        try:
+            recorded = json.loads(read_regular(self.directory / "state.json")).get("files")
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, AttributeError):
+            raise damaged from None
+        if recorded:
+            raise damaged
+
+    def drop_lock_left_since(self, started: float) -> None:
+        """Remove git's index.lock if a run killed while committing left it (made since
+        `started`, when that run wrote its journal): held by no one, it would block every commit.
+        One older than the journal is someone else's, and stays."""
+        lock = self.directory / ".git" / "index.lock"
+        with contextlib.suppress(OSError):
+            if lock.stat().st_mtime >= started:
+                lock.unlink()
+
+    def _git(self) -> Any:
+        """gitpython, which fails to import without a git command: a ledger problem, one line."""
+        try:
+            import git
+        except ImportError as error:
+            raise self._needs_git(str(error).splitlines()[0]) from None
+        return git
+
+    def require_git(self) -> None:
+        """Before a change: a ledger that cannot commit must stop it before anything is written."""
+        import shutil
+
+        if shutil.which("git") is None and not os.environ.get("GIT_PYTHON_GIT_EXECUTABLE"):
+            raise self._needs_git("no git command on PATH")
+        self._git()
+
+    def _needs_git(self, error: object) -> LedgerError:
+        return LedgerError(
+            f"sglpatch needs git for its ledger; install git ({error})", str(self.directory)
+        )
+
+    def locate(self, path: str) -> Path:
+        """The target file a recorded path names: inside the target's package, or refused.
+
+        Paths in the ledger (state, journal) are confined as a patch's own paths are: relative,
+        no `..`, under the package, no symbolic link to a folder on the way.
+        """
+        local = self.local(path)
+        prefix = self.target.relative("")
+        package_path = local.removeprefix(prefix)
+        problem = "is not under the package" if package_path == local else None
+        problem = problem or path_problem(package_path)
+        if problem is not None:
+            raise LedgerError(
+                f"the ledger names {path!r}, which {problem}; nothing was written",
+                str(self.directory),
+            )
+        linked = symlink_on_the_way(self.target, package_path)
+        if linked is not None:
+            raise RefusedError(
+                f"{linked} is now a symbolic link to a directory; nothing was written"
+            )
+        location = self.target.path(package_path)
+        if not location.parent.resolve().is_relative_to(self.target.package_dir.resolve()):
+            raise LedgerError(
+                f"the ledger names {path!r}, outside the target's package", str(self.directory)
+            )
+        return location
 
     def local(self, path: str) -> str:
         """A recorded path as this target spells it (a checkout adds `python/`)."""
@@ -326,7 +454,7 @@ class Record:
         (flock on the directory), so runs with different ledgers still exclude each other.
         """
         if timeout is None:
-            timeout = float(os.environ.get("SGLPATCH_LOCK_TIMEOUT", "10"))
+            timeout = lock_timeout()
         path = self.ledger.directory / "locks" / f"{self.key}.lock"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -367,7 +495,7 @@ class Record:
         If the commit fails, the work tree gets its old bytes back: what `state()` reads stays
         what HEAD holds, so a failed revert leaves everything revertable.
         """
-        import git  # heavy: only writes and history need it
+        git = self._git()  # heavy: only writes and history need it
 
         paths = [
             *(self.directory / "files" / _confined(relative) for relative in files),
@@ -375,8 +503,11 @@ class Record:
         ]
         try:
             repo = self._repo(create=True)
+            if not repo.head.is_valid():
+                self._check_unborn()  # a damaged HEAD must not be written over with a new root
             before = {path: _read_or_none(path) for path in paths}
-        except (git.exc.GitError, OSError, ValueError) as error:
+        except (git.exc.GitError, OSError, ValueError, AssertionError) as error:
+            # gitpython asserts on some damage (an empty branch ref)
             raise LedgerError(f"cannot record the change ({error})", str(self.directory)) from None
         tree = None
         try:
@@ -456,7 +587,7 @@ class Record:
             pass
 
     def history(self) -> list[Entry]:
-        import git
+        git = self._git()
 
         if not self.directory.exists():
             return []
@@ -477,7 +608,7 @@ class Record:
             raise LedgerError(f"cannot read the history ({error})", str(self.directory)) from None
 
     def _repo(self, create: bool) -> Any:
-        import git
+        git = self._git()
 
         if not (self.directory / ".git").exists():
             if not create:

@@ -25,8 +25,8 @@ pytestmark = pytest.mark.wheel
 
 TARGETS = wheels.patch_targets("0.5.9")
 CHANGED = wheels.applied_targets("0.5.9")  # TARGETS less the files whose fix is upstream
-# journal, a stage per file, the ledger commit, a replace per file
-STEPS = ["journal", *["stage"] * len(CHANGED), "ledger-commit", *["replace"] * len(CHANGED)]
+# journal, a stage per file, a replace per file, then the ledger commit
+STEPS = ["journal", *["stage"] * len(CHANGED), *["replace"] * len(CHANGED), "ledger-commit"]
 # What `status` says after a whole apply or revert of 0.5.9 (patches fixed upstream or not for
 # this release keep their own state).
 APPLIED = wheels.expected_states("0.5.9", "applied")
@@ -37,8 +37,8 @@ REPO = Path(__file__).resolve().parent.parent
 def distinct_steps(steps: list[str]) -> list[int]:
     """1-based indices of the first, middle and last step of each kind in `steps`.
 
-    For apply and revert: the journal, the first/middle/last stage, the ledger commit and the
-    first/middle/last replace. A step between two of its kind behaves as they do, so killing at
+    For apply and revert: the journal, the first/middle/last stage and replace, and the ledger
+    commit. A step between two of its kind behaves as they do, so killing at
     these covers every kind of step and both of its boundaries without one subprocess pair per
     file: the number stays fixed as the catalogue grows.
     """
@@ -50,7 +50,7 @@ def distinct_steps(steps: list[str]) -> list[int]:
 
 
 def write_steps(site: Path, action: str) -> list[str]:
-    """The write steps a normal run takes, in order (journal, stage..., ledger-commit, ...)."""
+    """The write steps a normal run takes, in order (journal, stage..., replace..., ledger-commit)."""
     steps: list[str] = []
     fsio.fault_hook = lambda step, path: steps.append(step)
     try:
@@ -87,7 +87,7 @@ def test_the_write_steps_are_the_ones_the_journal_covers(site_059: Path) -> None
     steps = write_steps(site_059, "apply")
     assert steps == STEPS
     kinds = [steps[i - 1] for i in distinct_steps(steps)]  # what the kill test below covers
-    assert kinds == ["journal", *["stage"] * 3, "ledger-commit", *["replace"] * 3]
+    assert kinds == ["journal", *["stage"] * 3, *["replace"] * 3, "ledger-commit"]
     assert write_steps(site_059, "revert") == steps
 
 
@@ -97,7 +97,7 @@ def test_killed_at_every_kind_of_write_step(
     action: str, kill_at: int, site_059: Path, reference: dict[str, dict[str, bytes]]
 ) -> None:
     """Killed (os._exit) at each kind of write step: the journal, the first, middle and last
-    stage, the ledger commit, the first, middle and last replace (see `distinct_steps`; the
+    stage, the first, middle and last replace, the ledger commit (see `distinct_steps`; the
     same test killed at every index took 2 x (2 x files + 3) subprocess pairs)."""
     pristine, patched = reference["pristine"], reference["patched"]
     if action == "revert":
