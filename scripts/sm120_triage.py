@@ -16,24 +16,30 @@ new release) appears as "unreviewed", so a re-run never loses an old verdict.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import hashlib
 import itertools
 import json
+import os
 import re
+import stat
 import sys
+import tempfile
 import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import NoReturn
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from tests import wheels  # noqa: E402  (the one place that knows releases and the wheel cache)
 
+PROG = "scripts/sm120_triage.py"
 DOC = REPO / "docs" / "sm120-upstream.md"
 VERDICTS = REPO / "docs" / "sm120-verdicts.json"
 FIRST, LAST = "0.5.3", "0.5.23"
@@ -75,6 +81,14 @@ VERDICT_TEXT = {
     "not-a-fix": "not a capability-12 fix",
     "unreviewed": "unreviewed",
 }
+
+
+class TriageError(Exception):
+    """A reason the script stops, shown as one line; `code` is the exit status (2: a bad value)."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def mentions_capability_12(line: str) -> bool:
@@ -202,24 +216,79 @@ def releases(first: str, last: str) -> list[str]:
 
 
 def collect(first: str, last: str) -> list[Hunk]:
+    """The capability-12 hunks of every pair of consecutive releases from `first` to `last`."""
     chain = releases(first, last)
-    return [hunk for a, b in itertools.pairwise(chain) for hunk in diff_releases(a, b)]
+    for release in chain:  # every wheel first: a failed download stops the run before any diff
+        _fetch(release)
+    try:
+        return [hunk for a, b in itertools.pairwise(chain) for hunk in diff_releases(a, b)]
+    except zipfile.BadZipFile as error:
+        raise TriageError(f"a cached wheel is not a zip file: {error}; delete it", code=1) from None
+
+
+def _fetch(release: str) -> Path:
+    try:
+        return wheels.wheel(release)
+    except (RuntimeError, AssertionError, OSError) as error:
+        said = [line.strip() for line in str(error).splitlines() if line.strip()]
+        reason = said[-1] if said else type(error).__name__  # pip's own last word
+        raise TriageError(f"sglang {release}: pip download failed: {reason}", code=1) from None
+
+
+def _json_type(value: object) -> str:
+    """What `value` is in JSON's words, with its article ("an object", "a list")."""
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    return "null" if value is None else names.get(type(value), "a number")
 
 
 def load_verdicts(path: Path) -> list[Change]:
-    if not path.exists():
-        return []
-    rows = json.loads(path.read_text())
-    return [
-        Change(
-            release=row["release"],
-            verdict=row["verdict"],
-            description=row["description"],
-            patch=row.get("patch", ""),
-            hunks=[(file, hunk) for file, hunk in row["hunks"]],
-        )
-        for row in rows
-    ]
+    """The reviewed changes in `path`; TriageError naming the file and the change if malformed."""
+    where = f"--verdicts {path}"
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TriageError(f"{where} does not exist") from None
+    except IsADirectoryError:
+        raise TriageError(f"{where} is a folder, not a JSON file") from None
+    except OSError as error:
+        raise TriageError(f"{where}: cannot read it: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise TriageError(f"{where} is not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise TriageError(
+            f"{where} is not JSON: {error.msg} (line {error.lineno}, column {error.colno})"
+        ) from None
+    if not isinstance(rows, list):
+        raise TriageError(f"{where} must hold a JSON list of changes, not {_json_type(rows)}")
+    return [_change(row, f"{where}: change {n}") for n, row in enumerate(rows, 1)]
+
+
+def _change(row: object, where: str) -> Change:
+    if not isinstance(row, dict):
+        raise TriageError(f"{where} must be a JSON object, not {_json_type(row)}")
+    for key in ("release", "verdict", "description", "patch"):
+        if key == "patch" and key not in row:
+            continue
+        if not isinstance(row.get(key), str):
+            found = "missing" if key not in row else _json_type(row[key])
+            raise TriageError(f"{where}: {key!r} must be a string, not {found}")
+    try:
+        Version(row["release"])
+    except InvalidVersion:
+        raise TriageError(f"{where}: 'release' {row['release']!r} is not a version") from None
+    hunks = row.get("hunks")
+    if not isinstance(hunks, list) or not all(
+        isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)
+        for pair in hunks
+    ):
+        raise TriageError(f"{where}: 'hunks' must be a list of [file, hunk id] pairs")
+    return Change(
+        release=row["release"],
+        verdict=row["verdict"],
+        description=row["description"],
+        patch=row.get("patch", ""),
+        hunks=[(file, hunk) for file, hunk in hunks],
+    )
 
 
 def unknown_verdicts(changes: Iterable[Change]) -> list[str]:
@@ -346,21 +415,122 @@ def dump(hunks: Sequence[Hunk]) -> str:
     return "\n".join(out) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--from", dest="first", default=FIRST, help="oldest release")
-    parser.add_argument("--to", dest="last", default=LAST, help="newest release")
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, as sglpatch's own: `prog: error: ... (see prog --help)`."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def release_name(value: str) -> str:
+    """An argparse type: a published release, spelled as tests/wheels.py spells it.
+
+    Between the oldest and the newest release tests/wheels.py lists every one, so a version in
+    that span it lacks is no release; one past the newest is a new release, fetched with pip.
+    """
+    try:
+        version = Version(value)
+    except InvalidVersion:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a release (a version such as {LAST})"
+        ) from None
+    if version.local is not None:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a release: it has a local label")
+    known = {Version(r): r for r in wheels.RELEASES}
+    if version in known:
+        return known[version]
+    oldest, newest = min(known), max(known)
+    if oldest < version < newest:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a release: tests/wheels.py lists every release from "
+            f"{known[oldest]} to {known[newest]}"
+        )
+    return str(version)
+
+
+def _check_out(out: Path, writing: bool) -> None:
+    """Refuse an --out that cannot be written, before the wheels are read and diffed."""
+    where = f"--out {out}"
+    if out.is_dir():
+        raise TriageError(f"{where} is a folder; give the Markdown file to write")
+    if not writing:
+        return
+    folder = out.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise TriageError(f"{where}: {folder} {what}")
+    try:  # the one sure test: make (and drop) the kind of temporary file the write will make
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=f".{out.name}.", suffix=".tmp")
+    except OSError as error:
+        raise TriageError(f"{where}: cannot write in {folder}: {error.strerror}") from None
+    os.close(handle)
+    Path(probe).unlink()
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path` by one rename: a reader, or a failure, sees the old file or the new one."""
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    temp = Path(name)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        temp.chmod(_mode(path))
+        temp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
+
+
+def _mode(path: Path) -> int:
+    """The permissions `path` has, or those of a new file (mkstemp makes its files 0600)."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog=PROG, description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--from", dest="first", type=release_name, default=FIRST, help="oldest release"
+    )
+    parser.add_argument("--to", dest="last", type=release_name, default=LAST, help="newest release")
     parser.add_argument("--out", type=Path, default=DOC, help="the Markdown table to write")
     parser.add_argument("--verdicts", type=Path, default=VERDICTS, help="the verdicts file")
     parser.add_argument("--check", action="store_true", help="compare with --out, write nothing")
     parser.add_argument("--dump", action="store_true", help="print every hunk's lines")
     parser.add_argument("--stubs", action="store_true", help="print JSON for unreviewed rows")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except TriageError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return error.code
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    # Every value is checked before the first wheel is read: nothing is written on a bad one.
+    if Version(args.first) >= Version(args.last):
+        raise TriageError(
+            f"--from {args.first} is not older than --to {args.last}: "
+            "the range selects no release to compare"
+        )
+    _check_out(args.out, writing=not (args.check or args.dump or args.stubs))
     changes = load_verdicts(args.verdicts)
     if problems := unknown_verdicts(changes):
-        print("\n".join(problems), file=sys.stderr)
-        return 2
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        shown = "; ".join(problems[:3]) + more
+        raise TriageError(f"--verdicts {args.verdicts}: {len(problems)} problems: {shown}")
     hunks = collect(args.first, args.last)
     if args.dump:
         sys.stdout.write(dump(hunks))
@@ -372,14 +542,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = render(table, hunks, args.first, args.last)
     unreviewed = sum(len(row.hunks) for row in table if row.verdict == "unreviewed")
     if args.check:
-        stale = not args.out.exists() or args.out.read_text() != text
+        try:
+            stale = not args.out.exists() or args.out.read_bytes() != text.encode()
+        except OSError as error:
+            raise TriageError(f"--out {args.out}: cannot read it: {error.strerror}") from None
         if stale:
             print(f"{args.out} is not what the script generates", file=sys.stderr)
         if unreviewed:
             print(f"{unreviewed} hunks have no verdict", file=sys.stderr)
         return 1 if stale or unreviewed else 0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    try:
+        write_atomically(args.out, text)
+    except OSError as error:
+        raise TriageError(f"--out {args.out}: cannot write it: {error.strerror}", code=1) from None
     print(f"{args.out}: {len(table)} rows, {len(hunks)} hunks, {unreviewed} unreviewed")
     return 0
 
