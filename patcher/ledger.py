@@ -196,7 +196,7 @@ def _key(package: Path) -> str:
 
 def lock_timeout() -> float:
     """Seconds to wait for another run's lock: `$SGLPATCH_LOCK_TIMEOUT`, 10 by default."""
-    text = os.environ.get("SGLPATCH_LOCK_TIMEOUT", "10")
+    text = os.environ.get("SGLPATCH_LOCK_TIMEOUT") or "10"  # empty is unset, as for PATH
     try:
         seconds = float(text)
     except ValueError:

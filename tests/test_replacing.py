@@ -193,9 +193,12 @@ def test_a_bind_mounted_file_is_refused_before_any_rename(
     target = site_059 / CHANGED[2]
     source = tmp_path / "elsewhere.py"
     source.write_bytes(target.read_bytes())
-    if os.geteuid() != 0 or subprocess.run(
-        ["mount", "--bind", str(source), str(target)], capture_output=True, check=False
-    ).returncode:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "--bind", str(source), str(target)], capture_output=True, check=False
+        ).returncode
+    ):
         pytest.skip("mount --bind needs root and a mount namespace that allows it")
     try:
         before = snapshot(site_059)
@@ -229,9 +232,7 @@ def test_a_journal_that_cannot_be_finished_never_blocks_revert(
     assert half != pristine
 
     stuck = site_059 / next(m for m in CHANGED if half[m] == pristine[m])
-    monkeypatch.setattr(
-        fsio, "replace_problem", lambda p, mounts: "stuck" if p == stuck else None
-    )
+    monkeypatch.setattr(fsio, "replace_problem", lambda p, mounts: "stuck" if p == stuck else None)
     with pytest.raises(errors.TargetError, match="stuck"):
         api.apply(site_059, None)
     assert snapshot(site_059) == half  # the replay changed nothing either
