@@ -8,12 +8,13 @@ import os
 import pkgutil
 import sys
 from collections.abc import Iterable
+from contextlib import redirect_stdout
 from pathlib import Path
 from types import ModuleType
 
 from packaging.version import InvalidVersion, Version
 
-from sglpatch.errors import CatalogueError
+from sglpatch.errors import CatalogueError, raised
 from sglpatch.patch import Patch, blame, path_problem
 
 __all__ = ["CatalogueError", "load", "patch_in", "validate"]
@@ -64,11 +65,13 @@ def load(
     for module, origin in modules:
         cls = patch_in(module)
         try:
-            patch = cls()
-        except Exception as error:
+            with redirect_stdout(sys.stderr):  # the plugin's own __init__
+                patch = cls()
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # SystemExit too: a plugin never ends sglpatch
             raise _keeping_cause(
-                f"cannot create patch {module.__name__}.{cls.__name__} ({origin}): "
-                f"{type(error).__name__}: {error}"
+                f"cannot create patch {module.__name__}.{cls.__name__} ({origin}): {raised(error)}"
             ) from error
         patch.origin = origin
         patches.append(patch)
@@ -116,9 +119,14 @@ def plugin_modules() -> list[tuple[ModuleType, str]]:
     for point in entry_points(group=ENTRY_POINTS):
         origin = f"plugin {point.dist.name}" if point.dist else f"plugin {point.name}"
         try:
-            module = importlib.import_module(point.module)
-        except Exception as error:
-            raise _keeping_cause(f"cannot load {origin} ({point.value}): {error}") from error
+            with redirect_stdout(sys.stderr):  # stdout may have to be one JSON object
+                module = importlib.import_module(point.module)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # SystemExit too: a plugin never ends sglpatch
+            raise _keeping_cause(
+                f"cannot load {origin} ({point.value}): {raised(error)}"
+            ) from error
         found.append((module, origin))
     return found
 
@@ -138,10 +146,13 @@ def directory_modules(folder: Path) -> list[tuple[ModuleType, str]]:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
-            spec.loader.exec_module(module)
-        except Exception as error:
+            with redirect_stdout(sys.stderr):  # stdout may have to be one JSON object
+                spec.loader.exec_module(module)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # SystemExit too: a plugin never ends sglpatch
             del sys.modules[name]
-            raise _keeping_cause(f"cannot load {path}: {type(error).__name__}: {error}") from error
+            raise _keeping_cause(f"cannot load {path}: {raised(error)}") from error
         found.append((module, str(folder)))
     return found
 

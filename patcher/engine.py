@@ -9,6 +9,7 @@ from packaging.version import Version
 
 from sglpatch.lazy import lazy_import
 from sglpatch.patch import (
+    EXPECTED,
     AlreadyPresent,
     AlreadyUpstream,
     AnchorMissing,
@@ -114,13 +115,17 @@ def transform_source(
     applied: list[str] = []
     for patch in patches:
         try:
-            with blame(patch):
+            with blame(patch, EXPECTED):
                 patched = patch.transform(module, release)
+                if not isinstance(patched, cst.Module):  # its .code would be the plugin's too
+                    raise TypeError(
+                        f"transform returned {type(patched).__name__}, not a libcst Module"
+                    )
                 patch.postcondition(patched, release)
                 _require_idempotent(patch, patched, release)
         except AlreadyPresent as present:
             try:
-                with blame(patch):
+                with blame(patch, EXPECTED):
                     patch.postcondition(module, release)
             except PostconditionFailed as error:
                 outcomes[patch.id] = Failed(patch.id, shown, f"change present but {error}")

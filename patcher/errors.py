@@ -80,3 +80,19 @@ class PatchCrashed(SglpatchError):
     written; the traceback goes to the crash log."""
 
     exit_code = ExitCode.TARGET
+
+
+def raised(error: BaseException) -> str:
+    """`KeyError: 'x'`, `SystemExit: 0`, or the bare type when the error says nothing."""
+    said = text_of(error)
+    return type(error).__name__ + (f": {said}" if said else "")
+
+
+def text_of(value: object) -> str:
+    """`str(value)`, which may run a plugin's `__str__`: whatever that raises is not passed on."""
+    try:
+        return str(value)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        return f"<{type(value).__name__} that cannot be shown>"

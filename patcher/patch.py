@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import sys
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, redirect_stdout
+from types import FunctionType
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.errors import CatalogueError, PatchCrashed
+from sglpatch.errors import CatalogueError, PatchCrashed, raised, text_of
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -85,10 +88,21 @@ class Patch(ABC):
         return path
 
     def is_tested(self, release: Version) -> bool:
-        return self.tested.contains(release, prereleases=True)
+        with blame(self):  # `tested` is the plugin's object
+            return self.tested.contains(release, prereleases=True)
 
     def fixed_upstream(self, release: Version) -> bool:
-        return self.fixed_upstream_in is not None and release >= self.fixed_upstream_in
+        with blame(self):
+            return self.fixed_upstream_in is not None and release >= self.fixed_upstream_in
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # sglpatch calls these from many places (the engine, api, doctor): a subclass's own
+        # version runs blamed wherever it is called from.
+        for name, expected in _HOOKS.items():
+            own = vars(cls).get(name)
+            if isinstance(own, FunctionType):  # not a staticmethod or property
+                setattr(cls, name, _blamed(own, expected))
 
     @abstractmethod
     def target_file(self, release: Version) -> str | None:
@@ -120,27 +134,69 @@ def path_problem(path: object) -> str | None:
     return None
 
 
-_EXPECTED = (AnchorMissing, AlreadyPresent, AlreadyUpstream, PostconditionFailed)
+EXPECTED: tuple[type[BaseException], ...] = (
+    AnchorMissing,
+    AlreadyPresent,
+    AlreadyUpstream,
+    PostconditionFailed,
+)
+# A patch's methods, and what each may raise as an answer rather than a fault.
+_HOOKS: dict[str, tuple[type[BaseException], ...]] = {
+    "target_file": (),
+    "package_file": (),  # an override: its CatalogueError is no more ours than any error
+    "transform": EXPECTED,
+    "postcondition": EXPECTED,
+    "is_tested": (),
+    "fixed_upstream": (),
+}
+# The patch whose code runs now: a blamed call inside another leaves the answer to the outer one.
+_running: list[Patch] = []
 
 
 @contextmanager
-def blame(patch: Patch) -> Iterator[None]:
-    """Run a patch's own code; an exception a plugin raises names the plugin and the patch.
+def blame(patch: Patch, expected: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Run a patch's own code; whatever a plugin's code raises names the plugin and the patch.
 
-    A built-in patch that raises is sglpatch's bug, and goes on to the internal-error handler.
+    `SystemExit` (a `sys.exit()` in the plugin) is a failure too: a plugin's code never chooses
+    sglpatch's exit code. Only Ctrl-C (KeyboardInterrupt) and `expected` pass unchanged. What the
+    code prints goes to stderr: stdout may have to be one JSON object. A built-in patch that
+    raises is sglpatch's bug, and goes on to the internal-error handler.
     """
-    try:
+    if _running:
         yield
-    except _EXPECTED:
+        return
+    _running.append(patch)
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    except KeyboardInterrupt:
         raise
-    except Exception as error:
-        if patch.origin == "built-in":
+    except BaseException as error:
+        if isinstance(error, expected) or patch.origin == "built-in":
             raise
-        import traceback
+        raise _crashed(patch, error) from error
+    finally:
+        _running.pop()
 
-        crashed = PatchCrashed(
-            f"patch {getattr(patch, 'id', type(patch).__name__)} from {patch.origin} raised "
-            f"{type(error).__name__}: {error}; nothing was written"
-        )
-        crashed.details = traceback.format_exc()
-        raise crashed from error
+
+def _crashed(patch: Patch, error: BaseException) -> PatchCrashed:
+    """The one-line error for a plugin patch whose code raised `error` (being handled now)."""
+    import traceback
+
+    found = PatchCrashed(
+        f"patch {text_of(getattr(patch, 'id', type(patch).__name__))} from {patch.origin} raised "
+        f"{raised(error)}; nothing was written"
+    )
+    found.details = traceback.format_exc()
+    return found
+
+
+def _blamed(
+    method: Callable[..., Any], expected: tuple[type[BaseException], ...]
+) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def run(self: Patch, *args: Any, **kwargs: Any) -> Any:
+        with blame(self, expected):
+            return method(self, *args, **kwargs)
+
+    return run
