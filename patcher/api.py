@@ -7,10 +7,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch import __version__, catalogue, diff, engine, journal
+from sglpatch import __version__, catalogue, diff, engine
 from sglpatch.errors import LedgerError, RefusedError, UsageError
-from sglpatch.fsio import NotRegularFile, read_regular, write_atomic
-from sglpatch.ledger import Entry, FileRecord, Ledger, Record, State, default_directory, sha256
 from sglpatch.patch import Patch
 from sglpatch.reports import (
     ApplyReport,
@@ -24,6 +22,17 @@ from sglpatch.reports import (
     StatusReport,
 )
 from sglpatch.results import AlreadyApplied, Applied, Failed, NotApplicable, Outcome
+from sglpatch.store import (
+    Entry,
+    FileRecord,
+    Ledger,
+    Record,
+    State,
+    default_directory,
+    journal,
+    sha256,
+)
+from sglpatch.store.fsio import NotRegularFile, read_regular, write_atomic
 from sglpatch.target import Target, find_target, parse_release
 
 __all__ = [
@@ -74,7 +83,7 @@ def apply(
     record = _record(target, ledger_dir)
     if dry_run:
         return _plan_apply(record, target, release, patches, untested, write=False, finished=None)
-    record.require_git()
+    record.repository.require_git()
     with record.locked():
         finished = journal.finish_interrupted(record, target)
         return _plan_apply(
@@ -230,7 +239,7 @@ def revert(
     """
     target = find_target(target_path, None, required=False)
     record = _record(target, ledger_dir)
-    record.require_git()
+    record.repository.require_git()
     with record.locked():
         finished = journal.finish_interrupted(record, target, or_undo=True)
         done = finished.action if finished else None
@@ -441,7 +450,7 @@ def log(target_path: Path | None, ledger_dir: Path | None = None) -> tuple[Recor
     """The ledger's history for the target, newest first."""
     target = find_target(target_path, None, required=False)
     record = _record(target, ledger_dir)
-    return record, record.history()
+    return record, record.repository.history()
 
 
 def list_patches(release: str | None = None, catalog: Path | None = None) -> list[CatalogueRow]:

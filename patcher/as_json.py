@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sglpatch import api
-from sglpatch.ledger import Entry
 from sglpatch.results import AlreadyApplied, Failed, NotApplicable, Outcome
+from sglpatch.store import Entry
 from sglpatch.target import Target
 
 if TYPE_CHECKING:

@@ -273,7 +273,7 @@ def _write_crash_log(ledger: Path | None, details: str | None = None) -> str:
 def _crash_log_folders(ledger: Path | None) -> list[Path]:
     folders = []
     try:
-        from sglpatch.ledger import default_directory
+        from sglpatch.store import default_directory
 
         folders.append(ledger.absolute() if ledger else default_directory())
     except Exception:  # e.g. no home folder to find the default ledger in

@@ -13,8 +13,8 @@ import sys
 import threading
 from pathlib import Path
 
-from sglpatch import fsio
 from sglpatch.cli import main
+from sglpatch.store import fsio
 
 KILLED = 137
 

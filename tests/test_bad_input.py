@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sglpatch import api, fsio
+from sglpatch import api
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
+from sglpatch.store import fsio
 from tests import proofs, wheels
 from tests.conftest import snapshot
 

@@ -11,7 +11,7 @@ import pytest
 
 from sglpatch import api
 from sglpatch.errors import ExitCode
-from sglpatch.ledger import Ledger, default_directory
+from sglpatch.store import Ledger, default_directory
 from sglpatch.target import find_target
 from tests import proofs, wheels
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from sglpatch import api, fsio
+from sglpatch import api
 from sglpatch.errors import ExitCode
+from sglpatch.store import fsio
 from tests import wheels
 from tests.conftest import snapshot
 from tests.crashing import KILLED

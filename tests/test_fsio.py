@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sglpatch import fsio
 from sglpatch.errors import TargetError
+from sglpatch.store import fsio
 
 
 def test_every_file_or_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

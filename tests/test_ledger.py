@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sglpatch.errors import LedgerError, LockedError, RefusedError
-from sglpatch.ledger import FileRecord, Ledger, State, default_directory
+from sglpatch.store import FileRecord, Ledger, State, default_directory
 from sglpatch.target import Layout, Target
 
 
@@ -48,16 +48,16 @@ def test_one_repository_per_target_path(tmp_path: Path, target: Target) -> None:
 def test_commits_hold_files_and_state_and_repeat_nothing(tmp_path: Path, target: Target) -> None:
     record = Ledger(tmp_path / "ledger").record(target)
     state = State("0.5.9", ["p"], {"sglang/x.py": FileRecord("a" * 64, "b" * 64, ["p"])})
-    first = record.commit(
+    first = record.repository.commit(
         "apply: p", state, {"original/sglang/x.py": b"old", "patched/sglang/x.py": b"new"}
     )
     assert (
-        record.commit("apply: p", state, {"original/sglang/x.py": b"old"}) == first
+        record.repository.commit("apply: p", state, {"original/sglang/x.py": b"old"}) == first
     )  # nothing new
     assert record.state() == state
     assert record.stored("original", "sglang/x.py") == b"old"
-    second = record.commit("revert: p", State("0.5.9"), {})
-    assert [e.commit for e in record.history()] == [second, first]
+    second = record.repository.commit("revert: p", State("0.5.9"), {})
+    assert [e.commit for e in record.repository.history()] == [second, first]
     assert (tmp_path / "ledger" / "README.md").read_text().startswith("# sglpatch ledger")
     files = subprocess.run(
         ["git", "-C", str(record.directory), "ls-files"], capture_output=True, text=True, check=True
@@ -98,16 +98,16 @@ def test_a_failed_commit_leaves_the_committed_state(tmp_path: Path, target: Targ
     """A commit that fails (a stale index.lock) rolls the work tree back; reads keep HEAD's."""
     record = Ledger(tmp_path / "ledger").record(target)
     applied = State("0.5.9", ["p"], {"sglang/x.py": FileRecord("a" * 64, "b" * 64, ["p"])})
-    record.commit("apply: p", applied, {"original/sglang/x.py": b"old"})
+    record.repository.commit("apply: p", applied, {"original/sglang/x.py": b"old"})
     lock = record.directory / ".git" / "index.lock"
     lock.touch()
     with pytest.raises(LedgerError, match="cannot record"):
-        record.commit("revert: p", State("0.5.9"), {"edited/sglang/x.py": b"mine"})
+        record.repository.commit("revert: p", State("0.5.9"), {"edited/sglang/x.py": b"mine"})
     assert record.state() == applied
     assert json.loads((record.directory / "state.json").read_bytes())["files"]
     assert not (record.directory / "files" / "edited" / "sglang" / "x.py").exists()
     lock.unlink()
-    record.commit("revert: p", State("0.5.9"), {})
+    record.repository.commit("revert: p", State("0.5.9"), {})
     assert record.state() == State("0.5.9")
 
 
@@ -115,7 +115,7 @@ def test_a_work_tree_that_differs_from_head_is_not_believed(tmp_path: Path, targ
     """As a process killed between writing state.json and committing leaves it."""
     record = Ledger(tmp_path / "ledger").record(target)
     applied = State("0.5.9", ["p"], {"sglang/x.py": FileRecord("a" * 64, "b" * 64, ["p"])})
-    record.commit("apply: p", applied, {})
+    record.repository.commit("apply: p", applied, {})
     (record.directory / "state.json").write_bytes(State("0.5.9").to_json())
     assert record.state() == applied
     # A ledger from before the committed-state mark: HEAD is read too.
@@ -134,7 +134,7 @@ def test_keys_a_newer_sglpatch_wrote_are_kept(tmp_path: Path, target: Target) ->
     state = State.from_json(data)
     assert json.loads(state.to_json()) == data
     record = Ledger(tmp_path / "ledger").record(target)
-    record.commit("apply: p", state, {})
+    record.repository.commit("apply: p", state, {})
     assert json.loads((record.directory / "state.json").read_bytes()) == data
 
 
@@ -153,7 +153,7 @@ def test_one_record_per_package_however_spelled(tmp_path: Path) -> None:
     records = [ledger.record(t) for t in spellings]
     assert len({r.directory for r in records}) == 1
     state = State("0.5.9", ["p"], {"python/sglang/x.py": FileRecord("a", "b", ["p"])})
-    records[0].commit("apply: p", state, {"original/python/sglang/x.py": b"old"})
+    records[0].repository.commit("apply: p", state, {"original/python/sglang/x.py": b"old"})
     as_site = records[1].state()
     assert list(as_site.files) == ["sglang/x.py"]  # the path as that spelling names it
     assert records[1].stored("original", "sglang/x.py") == b"old"
@@ -177,7 +177,7 @@ def test_a_commit_that_landed_before_an_error_stands(
     import git
 
     record = Ledger(tmp_path / "ledger").record(target)
-    record.commit("apply: p", State("0.5.9", ["p"]), {})
+    record.repository.commit("apply: p", State("0.5.9", ["p"]), {})
     create = git.Commit.create_from_tree
 
     def landed_then_failed(cls: type, *args: object, **kwargs: object) -> object:
@@ -185,6 +185,6 @@ def test_a_commit_that_landed_before_an_error_stands(
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(git.Commit, "create_from_tree", classmethod(landed_then_failed))
-    sha = record.commit("revert: p", State("0.5.9"), {})
+    sha = record.repository.commit("revert: p", State("0.5.9"), {})
     assert record.state() == State("0.5.9")
-    assert record.history()[0].commit == sha
+    assert record.repository.history()[0].commit == sha

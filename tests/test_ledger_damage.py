@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sglpatch import api, journal, ledger
+from sglpatch import api
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
+from sglpatch.store import journal, ledger
+from sglpatch.store.git import COMMITTED
 from sglpatch.target import find_target
 from tests import wheels
 from tests.conftest import snapshot
@@ -86,7 +88,7 @@ def damage(site: Path, how: str) -> Path:
     """Apply, then damage the ledger's git repository `how`; the committed-state mark goes too."""
     assert api.apply(site, None).written
     git_dir = record_of(site).directory / ".git"
-    (git_dir / ledger.COMMITTED).unlink()
+    (git_dir / COMMITTED).unlink()
     branch = git_dir / "refs" / "heads" / "master"
     if how == "garbage HEAD":
         (git_dir / "HEAD").write_text("garbage\n")

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sglpatch import api, errors, fsio, journal
+from sglpatch import api, errors
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
+from sglpatch.store import fsio, journal
 from tests import wheels
 from tests.conftest import snapshot
 
@@ -103,7 +104,7 @@ def test_an_edit_during_a_real_apply_process(site_059: Path, tmp_path: Path) -> 
     driver = tmp_path / "driver.py"
     driver.write_text(
         "import sys, pathlib\n"
-        "from sglpatch import fsio\n"
+        "from sglpatch.store import fsio\n"
         "from sglpatch.cli import main\n"
         f"kimi = pathlib.Path({str(site_059 / KIMI)!r})\n"
         "def hook(step, path):\n"

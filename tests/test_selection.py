@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from sglpatch import api
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
-from sglpatch.ledger import State
+from sglpatch.store import State
 from tests import wheels
 from tests.conftest import snapshot
 

@@ -24,9 +24,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sglpatch import fsio
 from sglpatch.errors import LedgerError, RefusedError
-from sglpatch.ledger import Record, State, sha256
+from sglpatch.store import fsio
+from sglpatch.store.fsio import sha256
+from sglpatch.store.ledger import Record
+from sglpatch.store.state import State
 from sglpatch.target import Target
 
 
@@ -162,7 +164,7 @@ def carry_out(record: Record, target: Target, change: Change) -> str:
             path.unlink(missing_ok=True)  # every file has its old bytes: nothing to finish
             raise
         try:
-            commit = record.commit(change.message, change.state, change.ledger_files)
+            commit = record.repository.commit(change.message, change.state, change.ledger_files)
         except BaseException:
             # The ledger rolled its work tree back; the files get their old bytes back too.
             if staged.restore():
@@ -244,9 +246,10 @@ def finish_interrupted(record: Record, target: Target, *, or_undo: bool = False)
             return None
         state = change.state.with_paths(record.local)
         with contextlib.suppress(OSError):
-            record.drop_lock_left_since(path.stat().st_mtime)
+            record.repository.drop_lock_left_since(path.stat().st_mtime)
         try:
-            record.commit(change.message, state, change.ledger_files)  # a no-op if it got that far
+            # a no-op if it got that far
+            record.repository.commit(change.message, state, change.ledger_files)
         except BaseException:
             staged.restore()  # the files written now; the journal stays, to finish later
             raise
