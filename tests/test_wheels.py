@@ -1,4 +1,4 @@
-"""The test suite's own wheel download: progress on a terminal, silence elsewhere."""
+"""The test suite's own wheel download: progress on a terminal, a line elsewhere, one at a time."""
 
 from __future__ import annotations
 
@@ -63,8 +63,24 @@ def test_a_download_on_a_terminal_says_what_and_where(tmp_path: Path, source: Pa
 
 
 @pytest.mark.wheel
-def test_a_download_off_a_terminal_is_silent(tmp_path: Path, source: Path) -> None:
+def test_a_download_off_a_terminal_is_one_line(tmp_path: Path, source: Path) -> None:
+    """A CI log gets a line per wheel (so a long first run shows what it waits on), no bar."""
     process = _download(tmp_path / "cache", source, subprocess.PIPE)
     out, err = process.communicate()
-    assert process.returncode == 0 and err == b""
+    assert process.returncode == 0
+    (line,) = err.decode().splitlines()
+    assert line.startswith("tests: downloading the sglang 0.5.9 wheel into ")
     assert (tmp_path / "cache" / out.decode().strip()).is_file()
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [".lock", out.decode().strip()]
+
+
+@pytest.mark.wheel
+def test_two_processes_share_one_download(tmp_path: Path, source: Path) -> None:
+    """As two pytest-xdist workers do: one downloads, the other waits and finds it whole."""
+    both = [_download(tmp_path / "cache", source, subprocess.PIPE) for _ in range(2)]
+    results = [process.communicate() for process in both]
+    assert all(process.returncode == 0 for process in both)
+    names = {out.decode().strip() for out, _ in results}
+    assert len(names) == 1
+    said = [err.decode().count("downloading the sglang") for _, err in results]
+    assert sorted(said) == [0, 1]

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import zipfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,43 +42,65 @@ SKELETON = ("sglang/__init__.py", "sglang/version.py", "sglang/_version.py")
 
 @cache
 def wheel(release: str) -> Path:
-    """The wheel of `release`, downloaded with `pip download --no-deps` on first use."""
+    """The wheel of `release`, downloaded with `pip download --no-deps` on first use.
+
+    Several test processes (pytest-xdist workers, two runs at once) share the cache: one
+    downloads while the others wait on its lock, and a wheel appears in the cache whole or not
+    at all (downloaded beside it, then renamed in).
+    """
     CACHE.mkdir(parents=True, exist_ok=True)
     found = sorted(CACHE.glob(f"sglang-{release}-*.whl"))
     if not found:
-        _download(release)
-        found = sorted(CACHE.glob(f"sglang-{release}-*.whl"))
+        with _locked_cache():
+            found = sorted(CACHE.glob(f"sglang-{release}-*.whl"))
+            if not found:
+                _download(release)
+                found = sorted(CACHE.glob(f"sglang-{release}-*.whl"))
     assert found, f"pip download left no wheel for sglang {release} in {CACHE}"
     return found[0]
 
 
-def _download(release: str) -> None:
-    """`pip download` one release; on a terminal, say so and show pip's progress bar.
+@contextlib.contextmanager
+def _locked_cache() -> Iterator[None]:
+    import fcntl
 
-    Off a terminal (CI logs, redirected output) it stays silent unless pip fails.
-    """
+    with (CACHE / ".lock").open("a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        yield
+
+
+def _download(release: str) -> None:
+    """`pip download` one release, saying so in one line (on a terminal, with pip's progress)."""
+    import shutil
+    import tempfile
+
     with terminal():
         shown = sys.stderr.isatty()
-        if shown:
-            have = len(list(CACHE.glob("sglang-*.whl")))
-            print(
-                f"tests: downloading the sglang {release} wheel into {CACHE} "
-                f"({have} of {len(RELEASES)} releases there; all of them take about 360 MB, "
-                "once; SGLPATCH_WHEEL_CACHE reuses a folder)",
-                file=sys.stderr,
-                flush=True,
-            )
+        have = len(list(CACHE.glob("sglang-*.whl")))
+        print(
+            f"tests: downloading the sglang {release} wheel into {CACHE} "
+            f"({have} of {len(RELEASES)} releases there; all of them take about 360 MB, "
+            "once; SGLPATCH_WHEEL_CACHE reuses a folder)",
+            file=sys.stderr,
+            flush=True,
+        )
         quiet = [] if shown else ["--quiet", "--progress-bar", "off"]
-        result = subprocess.run(
-            [sys.executable, "-m", "pip", "download", *quiet, "--no-deps", *PIP_OPTIONS,
-             "--dest", str(CACHE), f"sglang=={release}"],
-            stdout=sys.stderr.fileno() if shown else subprocess.PIPE,  # progress: stderr only
-            stderr=None if shown else subprocess.STDOUT,
-            text=True,
-            check=False,
-        )  # fmt: skip
-        if result.returncode != 0:
-            raise RuntimeError(f"pip download sglang=={release} failed:\n{result.stdout or ''}")
+        landing = Path(tempfile.mkdtemp(prefix=".download-", dir=CACHE))
+        try:
+            result = subprocess.run(
+                [sys.executable, "-m", "pip", "download", *quiet, "--no-deps", *PIP_OPTIONS,
+                 "--dest", str(landing), f"sglang=={release}"],
+                stdout=sys.stderr.fileno() if shown else subprocess.PIPE,  # progress: stderr only
+                stderr=None if shown else subprocess.STDOUT,
+                text=True,
+                check=False,
+            )  # fmt: skip
+            if result.returncode != 0:
+                raise RuntimeError(f"pip download sglang=={release} failed:\n{result.stdout or ''}")
+            for downloaded in landing.glob("*.whl"):
+                downloaded.replace(CACHE / downloaded.name)
+        finally:
+            shutil.rmtree(landing, ignore_errors=True)
 
 
 @cache
