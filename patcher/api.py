@@ -524,13 +524,16 @@ def diagnose(
     model_path: Path | None = None,
     strict: bool = False,
     progress: Callable[[str], None] | None = None,
+    version: str | None = None,
 ) -> DoctorReport:
     """Will the target run on capability-12 GPUs (with EAGLE-3 on `model`)? From its own source.
 
     `model` is an architecture name (`KimiK25ForConditionalGeneration`) or a models module's
-    stem (`kimi_k25`); `model_path` is a checkpoint folder whose config.json names it.
+    stem (`kimi_k25`); `model_path` is a checkpoint folder whose config.json names it. A release
+    that cannot be read is a usage error unless `version` gives it: which patches the tree
+    needs depends on it, so "ready" could not be known.
     """
-    target = find_target(target_path, None, required=False)
+    target = find_target(target_path, parse_release(version) if version else None)
     if model_path is not None:
         if model is not None:
             raise UsageError("give --model or --model-path, not both")
@@ -538,7 +541,7 @@ def diagnose(
     from sglpatch import warmup
     from sglpatch.doctor import verdict  # its scanners load only for this command
 
-    if target.release is not None:
+    if target.release is not None:  # always, found or given
         warmup.submit(target.package_dir, target.release, catalog)
     try:
         result = verdict.diagnose(
@@ -558,16 +561,33 @@ def _architecture(model_path: Path) -> str:
     """The first architecture a checkpoint's config.json names, as SGLang picks its class."""
     import json
 
+    from sglpatch.doctor.census import is_model_name, shown_name
+    from sglpatch.target import read_regular as read_without_waiting
+
     config = model_path / "config.json"
+    limit = 64 << 20  # bytes: a checkpoint's config.json is a few KB; never a FIFO's wait
     try:
-        data = json.loads(config.read_text(encoding="utf-8"))
+        data = json.loads(read_without_waiting(config, limit).decode("utf-8"))
     except FileNotFoundError:
         raise UsageError(f"--model-path {model_path}: no config.json there") from None
-    except (OSError, ValueError) as error:
-        raise UsageError(f"--model-path {model_path}: cannot read config.json: {error}") from None
+    except OSError as error:
+        why = error.strerror or str(error)
+        raise UsageError(f"--model-path {model_path}: cannot read config.json: {why}") from None
+    except RecursionError:
+        raise UsageError(
+            f"--model-path {model_path}: cannot read config.json: nested too deeply"
+        ) from None
+    except ValueError as error:  # not UTF-8, not JSON
+        why = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+        raise UsageError(f"--model-path {model_path}: cannot read config.json: {why}") from None
     names = data.get("architectures") if isinstance(data, dict) else None
     if not isinstance(names, list) or not names or not isinstance(names[0], str):
         raise UsageError(f"--model-path {model_path}: config.json names no architectures")
+    if not is_model_name(names[0]):
+        raise UsageError(
+            f"--model-path {model_path}: config.json's architecture "
+            f"{shown_name(names[0])} is not a class name"
+        )
     return names[0]
 
 

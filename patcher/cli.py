@@ -824,17 +824,26 @@ def doctor(
     strict: Annotated[
         bool, typer.Option("--strict", help="Count every suspect as a blocker.")
     ] = False,
+    version: VersionOption = None,
     catalog: CatalogOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Will this SGLang run on capability-12 GPUs, with EAGLE-3 on your model? Read from its source.
 
     Exit 0 when ready, 5 when blockers remain (known breakage: a catalogue patch not applied yet,
-    or the model's missing EAGLE-3 methods). Suspects (heuristic findings) block only with --strict.
+    or the model's missing EAGLE-3 methods) or a file could not be read or parsed (not judged).
+    Suspects (heuristic findings) block only with --strict. A release that cannot be read is
+    exit 2 unless --version gives it.
     """
     progress = _progress if _stderr_is_terminal() else None
     report = api.diagnose(
-        target, model, catalog, model_path=model_path, strict=strict, progress=progress
+        target,
+        model,
+        catalog,
+        model_path=model_path,
+        strict=strict,
+        progress=progress,
+        version=version,
     )
     if progress is not None:
         sys.stderr.write("\r\033[K")  # clear the progress line
@@ -869,10 +878,13 @@ def _print_diagnosis(report: api.DoctorReport) -> None:
             fix = fix or f"no patch yet ({blocker.source})"
             note = f"; {blocker.note}" if blocker.note else ""
             typer.echo(f"  - {blocker.what}\n      {fix}{note}")
+    unread = [f for f, _ in found.not_judged if f.startswith("sglang/srt/models/")]
     if found.model is not None:
         model = found.model
         state = f"lacks {', '.join(model.missing)}" if model.missing else "has them all"
         typer.echo(f"\nEAGLE-3 on {model.name} ({model.module}): {state}")
+    elif found.asked is not None and unread:
+        typer.echo(f"\nEAGLE-3 on {found.asked}: not judged ({', '.join(unread)} not read)")
     else:
         lacking = found.lacking
         typer.echo(
@@ -901,6 +913,11 @@ def _print_diagnosis(report: api.DoctorReport) -> None:
             f"\nNot listed: {len(found.refusals)} places that refuse capability 12 with an error "
             "by design (--json lists them)."
         )
+    if found.not_judged:
+        count = len(found.not_judged)
+        typer.echo(f"\nNot judged (could not be read or parsed): {count} file{'s' * (count > 1)}")
+        for file, why in found.not_judged:
+            typer.echo(f"  {file}: {why}")
 
 
 # Set by a command that has written everything and holds nothing to release (doctor): main()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ast
+import errno
 import importlib.util
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from enum import Enum
@@ -88,7 +90,10 @@ def find_target(path: Path | None, requested: Version | None, *, required: bool 
             f"(from {source}); drop --version or point --target elsewhere"
         )
     if requested is None and found is None and required:
-        raise UsageError(f"cannot tell which SGLang release {root} is; pass --version")
+        raise UsageError(
+            f"cannot tell which SGLang release {root} is (no dist-info, version file or "
+            "release tag could be read); pass --version"
+        )
     release = requested if found is None else found
     source = source if found is not None else ("--version" if requested else None)
     return Target(root, layout, release, source, found_by, also)
@@ -292,7 +297,7 @@ def _from_dist_info(site: Path, in_package: Version | None) -> tuple[Version, st
     for info in site.glob("sglang-*.dist-info"):
         metadata = info / "METADATA"
         try:
-            head = metadata.read_text(encoding="utf-8", errors="replace")[:4096]
+            head = read_regular(metadata, 4096, whole=False).decode("utf-8", errors="replace")
         except OSError:
             continue
         match = _VERSION_RE.search(head)
@@ -306,8 +311,10 @@ def _from_dist_info(site: Path, in_package: Version | None) -> tuple[Version, st
 def _from_assignment(path: Path) -> tuple[Version, str] | None:
     """A top-level `__version__ = ... = "X"` literal; dynamic code does not count."""
     try:
-        tree = ast.parse(path.read_bytes())
-    except (OSError, SyntaxError, ValueError):
+        tree = ast.parse(read_regular(path, _VERSION_FILE_LIMIT))
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        # RecursionError, MemoryError: an expression too long or too deeply nested for the
+        # parser. Either way the file holds no literal this can read.
         return None
     for node in tree.body:
         if (
@@ -323,23 +330,68 @@ def _from_assignment(path: Path) -> tuple[Version, str] | None:
 
 
 def _from_tag(root: Path) -> tuple[Version | None, str | None]:
-    """A release tag (`v0.5.9`) on the checkout's HEAD commit."""
+    """A release tag (`v0.5.9`) on the checkout's HEAD commit; (None, None) when the repository
+    cannot say, whatever is wrong with it."""
     import git  # heavy: only checkouts need it
 
     try:
         repo = git.Repo(root)
-        head = repo.head.commit
-    except (git.exc.GitError, ValueError):
+    except Exception:  # see below
         return None, None
-    for tag in repo.tags:
-        try:
-            if tag.commit == head:
-                version = _version_or_none(tag.name.removeprefix("v"))
-                if version is not None:
-                    return version, f"git tag {tag.name}"
-        except ValueError:
-            continue
+    try:
+        head = repo.head.commit
+        for tag in repo.tags:
+            try:
+                if tag.commit != head:
+                    continue
+            except Exception:  # a tag whose ref or object is broken: the others may do
+                continue
+            version = _version_or_none(tag.name.removeprefix("v"))
+            if version is not None:
+                return version, f"git tag {tag.name}"
+    except Exception:
+        # A corrupt repository (a broken `.git/config`, refs or objects) surfaces as whatever
+        # gitpython's parsers or its `git cat-file` process raise: GitError, ValueError, or a
+        # BrokenPipeError when git exits before reading the request. All of them mean the
+        # release cannot be read from the tag, never an error of the command.
+        return None, None
+    finally:
+        repo.close()  # its `git cat-file` processes
     return None, None
+
+
+_VERSION_FILE_LIMIT = 1 << 20  # bytes: a version file is a few lines
+
+
+def read_regular(path: str | os.PathLike[str], limit: int, *, whole: bool = True) -> bytes:
+    """The bytes of a regular file (symbolic links followed), never waiting on anything else.
+
+    A FIFO, a device or a socket raises OSError (EINVAL) before it is opened: opening a FIFO
+    waits for a writer, reading `/dev/zero` never ends. The file is opened non-blocking, so one
+    swapped in after the check does not wait either. At most `limit` bytes are read: a larger
+    file raises OSError (EFBIG), or with `whole=False` gives its first `limit` bytes.
+    """
+    info = os.stat(path)  # noqa: PTH116 - the scanner passes plain strings: cheaper than Paths
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+    if whole and info.st_size > limit:
+        raise OSError(errno.EFBIG, f"larger than {_size(limit)}", os.fspath(path))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        data = os.read(fd, min(info.st_size, limit) + 1)
+        while len(data) <= limit and (more := os.read(fd, min(1 << 20, limit + 1 - len(data)))):
+            data += more  # it grew meanwhile
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        if whole:
+            raise OSError(errno.EFBIG, f"larger than {_size(limit)}", os.fspath(path))
+        data = data[:limit]
+    return data
+
+
+def _size(limit: int) -> str:
+    return f"{limit >> 20} MB" if limit >= 1 << 20 else f"{limit} bytes"
 
 
 def _version_or_none(text: str) -> Version | None:

@@ -7,14 +7,21 @@ and the catalogue at once, then waits for its job: `submit()` sends it the targe
 `checks()` takes back what `coverage.check` found. The process imports nothing before it forks,
 writes nothing but its answer, and ends when the CLI does; whatever goes wrong with it, the CLI
 runs the checks itself.
+
+doctor's other child processes (the scan's worker, `git grep`) are tracked here too: no child
+outlives doctor. A SIGTERM or SIGHUP of doctor kills and reaps them before doctor dies of that
+signal, Ctrl-C's cleanup and `atexit` stop them, and each forked child asks the kernel to kill it
+when doctor dies (SIGKILL included).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
-from typing import TYPE_CHECKING, NamedTuple
+import sys
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -55,6 +62,7 @@ def start(args: Sequence[str]) -> None:
             os.close(fd)
         return
     if pid == 0:  # the worker: never returns
+        child_started()
         os.close(jobs)
         os.close(answers)
         code = 1
@@ -63,6 +71,7 @@ def start(args: Sequence[str]) -> None:
             code = 0
         finally:
             os._exit(code)  # no atexit, no flushing of the CLI's buffers
+    track(pid)
     os.close(jobs_in)
     os.close(answers_out)
     _worker = _Worker(pid, jobs, answers)
@@ -129,7 +138,73 @@ def stop() -> None:
     with contextlib.suppress(OSError):  # it may be gone already
         os.kill(_worker.pid, signal.SIGKILL)
         os.waitpid(_worker.pid, 0)
+    untrack(_worker.pid)
     _worker = None
+
+
+# doctor's live child processes, and the signal handlers `track` replaced (restored once none
+# is left, so a library caller gets its own back).
+_children: set[int] = set()
+_replaced: dict[int, Any] = {}
+_ENDING = (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "SIGHUP") else (signal.SIGTERM,)
+
+
+def track(pid: int) -> None:
+    """A child process started: it is killed if doctor is terminated, or ends, before it."""
+    if not _children and not _replaced:
+        for signum in _ENDING:
+            with contextlib.suppress(ValueError, OSError):  # not the main thread: atexit only
+                _replaced[signum] = signal.signal(signum, _end_children)
+    _children.add(pid)
+
+
+def untrack(pid: int) -> None:
+    """A child process was stopped and reaped."""
+    _children.discard(pid)
+    if not _children:
+        for signum, handler in _replaced.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signum, handler)
+        _replaced.clear()
+
+
+def _kill_children() -> None:
+    for pid in list(_children):
+        with contextlib.suppress(OSError):  # gone already, or reaped by its owner
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, 0)
+        _children.discard(pid)
+
+
+atexit.register(_kill_children)
+
+
+def _end_children(signum: int, frame: object) -> None:
+    """SIGTERM or SIGHUP of doctor: kill and reap its children, then die of the signal (its
+    caller sees 128 + signum, as for any process a signal ends)."""
+    _kill_children()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)  # not reached: the default action ends the process
+
+
+def child_started() -> None:
+    """In a child doctor forked: its parent's handlers and children are not its own, and it dies
+    with its parent, however the parent ends (Linux; elsewhere `track` and atexit do it)."""
+    parent = os.getppid()
+    for signum in _replaced:
+        signal.signal(signum, signal.SIG_DFL)
+    _replaced.clear()
+    _children.clear()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):  # no libc to ask: the parent's handlers remain
+            import ctypes
+
+            pr_set_pdeathsig = 1
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
 
 
 def _serve(jobs: int, answers: int) -> None:

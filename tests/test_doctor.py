@@ -331,6 +331,7 @@ def write(path: Path, text: str) -> None:
 def tiny_tree(root: Path, with_method: bool) -> Path:
     package = root / "site" / "sglang"
     write(package / "__init__.py", "")
+    write(package / "_version.py", '__version__ = "0.5.9"\n')  # unknown is not ready
     write(
         package / "srt" / "speculative" / "eagle_worker.py",
         """

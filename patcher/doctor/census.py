@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from sglpatch.doctor import chunks
-from sglpatch.doctor.source_tree import Source, from_imports
+from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, from_imports
 from sglpatch.errors import UsageError
 
 
@@ -128,12 +128,10 @@ def _at_indent(indent: str) -> tuple[re.Pattern[str], re.Pattern[str], re.Patter
 _SELF = re.compile(r"self\.(\w+)\s*(?::[^=\n]*)?=(?!=)")
 
 
-def _summarize_path(job: tuple[Path, str]) -> tuple[Path, _Summary | None]:
+def _summarize_path(source: Source, job: tuple[Path, str]) -> tuple[Path, _Summary | None]:
     path, module = job
-    try:
-        return path, summarize(path.read_bytes(), module)
-    except OSError:
-        return path, None
+    data = source.read(path)  # one that cannot be read is noted there
+    return path, None if data is None else summarize(data, module)
 
 
 class Models:
@@ -151,7 +149,7 @@ class Models:
 
     def summary(self, path: Path) -> _Summary | None:
         if path not in self.summaries:
-            self.summaries[path] = _summarize_path((path, self.source.dotted(path)))[1]
+            self.summaries[path] = _summarize_path(self.source, (path, self.source.dotted(path)))[1]
         return self.summaries[path]
 
     def resolve(self, path: Path, name: str, depth: int = 0) -> tuple[Path, str] | None:
@@ -207,7 +205,7 @@ def models_folder(source: Source) -> Path:
 def load_models(source: Source, paths: Sequence[Path]) -> Models:
     jobs = [(path, source.dotted(path)) for path in paths]
     # Reading lines is cheap enough that a process pool would cost more than it saves.
-    return Models(source, dict(_summarize_path(job) for job in jobs))
+    return Models(source, dict(_summarize_path(source, job) for job in jobs))
 
 
 def registered(source: Source, models: Models, paths: Sequence[Path]) -> list[Registered]:
@@ -243,7 +241,11 @@ _REGISTRY_LINES = re.compile(r"def is_generation_model\b|architectures.*=\s*[\"'
 def _registry(source: Source) -> tuple[set[str], set[str]]:
     """Architectures SGLang calls non-generative, and the draft ones it rewrites to."""
     config = source.package_dir / "srt" / "configs" / "model_config.py"
-    tree = chunks.around(source.text(config), _REGISTRY_LINES) if config.is_file() else None
+    try:
+        tree = chunks.around(source.text(config), _REGISTRY_LINES) if config.is_file() else None
+    except TOO_DEEP:
+        source.note(source.shown(config), TOO_DEEP_WHY)
+        tree = None
     not_generation: set[str] = set()
     drafts: set[str] = set()
     for node in ast.walk(tree) if tree else ():
@@ -269,6 +271,11 @@ def find_model(source: Source, wanted: str) -> tuple[list[Path], set[str] | None
     Returns the modules and, for an architecture name, the class names to keep. Raises
     UsageError with the closest stems and class names for a near miss.
     """
+    if not is_model_name(wanted):
+        raise UsageError(
+            f"--model {shown_name(wanted)}: not a models module or architecture name (at most "
+            f"{_NAME_LIMIT} letters, digits and `_-.`)"
+        )
     folder = models_folder(source)
     stem = folder / f"{wanted}.py"
     if "/" not in wanted and stem.is_file():
@@ -277,23 +284,39 @@ def find_model(source: Source, wanted: str) -> tuple[list[Path], set[str] | None
     candidates = [
         path
         for path in sorted(folder.glob("*.py"))
-        if needle in (data := _read(path)) and b"EntryClass" in data
+        if needle in (data := source.read(path) or b"") and b"EntryClass" in data
     ]
     if candidates:
         models = load_models(source, candidates)
         hits = [r for r in registered(source, models, candidates) if r.name == wanted]
         if hits:
             return sorted({r.listed_in for r in hits}), {wanted}
+    unread = [name for name in source.not_judged if name.startswith("sglang/srt/models/")]
     raise UsageError(
-        f"--model {wanted}: no models module or architecture of that name{_suggest(source, wanted)}"
+        f"--model {wanted}: no models module or architecture of that name"
+        + (
+            f" ({len(unread)} models module(s) could not be read: {', '.join(unread)})"
+            if unread
+            else ""
+        )
+        + _suggest(source, wanted)
     )
 
 
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return b""
+_NAME_LIMIT = 200
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+def is_model_name(name: str) -> bool:
+    """A name a models module or an architecture can have (`kimi_k25`, `kimi-k2.5`, a class):
+    nothing that cannot be a file name, a surrogate or a 300-character path component."""
+    return 0 < len(name) <= _NAME_LIMIT and bool(_MODEL_NAME.fullmatch(name) or name.isidentifier())
+
+
+def shown_name(name: str) -> str:
+    """A name as an error line shows it: printable, and short."""
+    text = ascii(name[:_NAME_LIMIT])[1:-1]
+    return text[:60] + f"... ({len(name):,} characters)" if len(text) > 60 else text
 
 
 def _suggest(source: Source, wanted: str) -> str:

@@ -6,19 +6,28 @@ its codemod would still change the file (the engine says `Applied`, not `Already
 such patch is run on its own over the file's current bytes and the result is scanned again: a
 finding that disappears, or whose branch for capability 12 changes, is covered by that patch.
 Touching the same file is not enough; the patch has to change what 12 gets at that gate.
+
+A patch whose file cannot be read fails here (a blocker that names the file); a plugin's patch
+that runs longer than `PLUGIN_TIME_LIMIT` is stopped and fails, named, as one that raised would.
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import NamedTuple
 
 from packaging.version import Version
 
 from sglpatch.doctor.findings import Finding
+from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, read_file
+from sglpatch.errors import PatchCrashed
 from sglpatch.patch import Patch
 from sglpatch.results import Applied, Failed, Outcome
+
+PLUGIN_TIME_LIMIT = 10.0  # seconds for one plugin patch on one file; the built-ins take 0.05
 
 
 class PatchCheck(NamedTuple):
@@ -34,19 +43,76 @@ def check(package_dir: Path, release: Version, patches: Sequence[Patch]) -> list
 
     checks = []
     for patch in patches:
-        relative = patch.package_file(release)
-        if relative is None or patch.fixed_upstream(release):
-            continue
-        shown = f"sglang/{relative}"
-        path = package_dir / relative
+        limit = _TimeLimit(None if patch.origin == "built-in" else PLUGIN_TIME_LIMIT)
+        shown = ""
         try:
-            before = path.read_bytes()
-        except OSError:
-            continue  # the release lacks the module (an optional part not installed)
-        change, outcomes = engine.transform_source(before, shown, [patch], release)
-        outcome = outcomes[patch.id]
-        checks.append(PatchCheck(patch, shown, outcome, change.after if change else None))
+            with limit:
+                relative = patch.package_file(release)
+                if relative is None or patch.fixed_upstream(release):
+                    continue
+                shown = f"sglang/{relative}"
+                found = _check(engine, package_dir / relative, shown, release, patch)
+        except (PatchCrashed, _TooSlow):
+            if not limit.expired:
+                raise
+            why = f"stopped: its code ran longer than {PLUGIN_TIME_LIMIT:g} s"
+            found = PatchCheck(patch, shown, Failed(patch.id, shown, why), None)
+        if found is not None:
+            checks.append(found)
     return checks
+
+
+def _check(
+    engine: ModuleType, path: Path, shown: str, release: Version, patch: Patch
+) -> PatchCheck | None:
+    before, why = read_file(path)
+    if before is None:
+        if why is None:
+            return None  # the release lacks the module (an optional part not installed)
+        return PatchCheck(patch, shown, Failed(patch.id, shown, f"{shown} {why}"), None)
+    try:
+        change, outcomes = engine.transform_source(before, shown, [patch], release)
+    except TOO_DEEP:
+        return PatchCheck(patch, shown, Failed(patch.id, shown, f"{shown} {TOO_DEEP_WHY}"), None)
+    outcome = outcomes[patch.id]
+    return PatchCheck(patch, shown, outcome, change.after if change else None)
+
+
+class _TooSlow(BaseException):
+    """Raised in a plugin's code when its time is up: BaseException, so its `except Exception`
+    does not swallow it."""
+
+
+class _TimeLimit:
+    """Stop the code inside after `seconds` (None: no limit), by SIGALRM, again every second
+    after the first if the code keeps going. Where SIGALRM cannot be used (not the main thread,
+    no setitimer), there is no limit."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._previous: object = None
+
+    def __enter__(self) -> _TimeLimit:
+        if self.seconds is None or not hasattr(signal, "setitimer"):
+            self.seconds = None
+            return self
+        try:
+            self._previous = signal.signal(signal.SIGALRM, self._expire)
+        except ValueError:  # not the main thread
+            self.seconds = None
+            return self
+        signal.setitimer(signal.ITIMER_REAL, self.seconds, 1.0)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.seconds is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)  # type: ignore[arg-type]
+
+    def _expire(self, signum: int, frame: object) -> None:
+        self.expired = True
+        raise _TooSlow
 
 
 def pending(checks: Sequence[PatchCheck]) -> list[PatchCheck]:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 
 from sglpatch.doctor import chunks
-from sglpatch.doctor.source_tree import Source
+from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source
 
 Device = tuple[int, int]  # (major, minor)
 AMPERE: Device = (8, 0)
@@ -64,7 +64,10 @@ def helpers_of(source: Source) -> dict[str, frozenset[int]]:
     text = source.text(utils)
     tree = None
     if "device_capability_majors" in text:
-        tree = chunks.around(text, re.compile("device_capability_majors"))
+        try:
+            tree = chunks.around(text, re.compile("device_capability_majors"))
+        except TOO_DEEP:  # the known helpers stand
+            source.note(source.shown(utils), TOO_DEEP_WHY)
     for node in tree.body if tree else ():
         if not isinstance(node, ast.Assign):
             continue
@@ -100,10 +103,15 @@ PROBE_VALUES = {"device_sm": "get_device_sm", "device_capability": "get_device_c
 
 def _platform_probes(source: Source) -> dict[str, str]:
     """probe -> helper, as the target's `_PLATFORM_PROBES` maps them (none before 0.5.19)."""
-    text = source.text(source.package_dir / "srt" / "runtime_context.py")
+    path = source.package_dir / "srt" / "runtime_context.py"
+    text = source.text(path)
     if "_PLATFORM_PROBES" not in text:
         return {}
-    tree = chunks.around(text, re.compile(r"^_PLATFORM_PROBES\b", re.MULTILINE))
+    try:
+        tree = chunks.around(text, re.compile(r"^_PLATFORM_PROBES\b", re.MULTILINE))
+    except TOO_DEEP:
+        source.note(source.shown(path), TOO_DEEP_WHY)
+        return {}
     for node in tree.body if tree else ():
         value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
         if isinstance(value, ast.Dict) and "_PLATFORM_PROBES" in ast.unparse(node):

@@ -15,7 +15,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from sglpatch.doctor import chunks
-from sglpatch.doctor.source_tree import Source, chain, imported_modules, walk_with_ancestors
+from sglpatch.doctor.source_tree import (
+    TOO_DEEP,
+    TOO_DEEP_WHY,
+    Source,
+    chain,
+    imported_modules,
+    walk_with_ancestors,
+)
 
 # torch.nn.Module's own methods: every model has them through a base outside SGLang.
 NN_MODULE_METHODS = frozenset(
@@ -31,20 +38,30 @@ def requirements(source: Source) -> dict[str, tuple[str, ...]]:
     """Methods the EAGLE path calls on the target model, with the places that call them."""
     found: dict[str, list[str]] = {}
     for path, text in _eagle_worker_files(source):
-        for line, method in _calls_in(text, _TARGET_CALL, _is_target_model):
+        for line, method in _judged(source, path, _calls_in(text, _TARGET_CALL, _is_target_model)):
             found.setdefault(method, []).append(f"{source.shown(path)}:{line}")
     executor = source.package_dir / "srt" / "model_executor"
     for path in sorted(executor.rglob("*.py")):
         text = source.text(path)
         if "eagle" not in text.lower():
             continue
-        for line, method in _calls_in(text, _MODEL_CALL, _is_runner_model, _on_eagle_path):
+        calls = _calls_in(text, _MODEL_CALL, _is_runner_model, _on_eagle_path)
+        for line, method in _judged(source, path, calls):
             found.setdefault(method, []).append(f"{source.shown(path)}:{line}")
     return {
         method: tuple(places)
         for method, places in sorted(found.items())
         if method not in NN_MODULE_METHODS and not method.startswith("_")
     }
+
+
+def _judged(source: Source, path: Path, calls: Iterator[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The calls of one file; none, and the file noted as not judged, when it cannot be parsed."""
+    try:
+        return list(calls)
+    except TOO_DEEP:
+        source.note(source.shown(path), TOO_DEEP_WHY)
+        return []
 
 
 _TARGET_CALL = re.compile(r"(?:target_model|model_runner\s*\.\s*model)\s*\.\s*\w+\s*\(")

@@ -19,9 +19,10 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any, BinaryIO, NoReturn
 
+from sglpatch import warmup
 from sglpatch.doctor import candidates, chunks, devices, gates, tables
 from sglpatch.doctor.findings import Finding
-from sglpatch.doctor.source_tree import Source
+from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, read_file
 from sglpatch.warmup import usable_cores
 
 # Quick byte tests before any parsing: a capability word, a helper, or a dict row keyed 10
@@ -44,15 +45,17 @@ class Scan:
     """
 
     def __init__(self, source: Source, helpers: Mapping[str, frozenset[int]]) -> None:
+        self.source = source
         self.helpers = helpers
         grep = _GitGrep(source)  # runs while the tree is listed here
         listed = _python_files(source)
         holding = grep.files()
-        # git reads a symlink as its target's name, not its content: those are tested here.
+        # git reads a symlink as its target's name, not its content, and skips what is not a
+        # regular file: those are tested here (and the latter reported as not judged).
         self.jobs = [
             (path, shown)
-            for path, shown, link in listed
-            if holding is None or link or shown[len("sglang/") :] in holding
+            for path, shown, unusual in listed
+            if holding is None or unusual or shown[len("sglang/") :] in holding
         ]
         # [next file from the front, first file taken from the back], shared with the worker.
         # No lock (a worker killed holding one would hang the caller): at worst both scan the
@@ -76,32 +79,39 @@ class Scan:
             os.close(writer)
             raise
         if pid == 0:
+            warmup.child_started()
             os.close(reader)
             self.taken = taken
             self._work(writer)  # never returns
+        warmup.track(pid)
         os.close(writer)
         self.taken, self.worker = taken, pid  # the view keeps the mmap alive
         self.results = os.fdopen(reader, "rb")
 
     def result(self) -> list[Finding]:
+        """The findings, in the files' order; files not judged are noted in the source."""
         found: dict[int, list[Finding]] = {}
+        unjudged: dict[int, str] = {}
         taken = self.taken
         while (index := taken[1] - 1) >= taken[0]:
             taken[1] = index
-            self._scan_into(index, found)
+            self._scan_into(index, found, unjudged)
         if self.results is not None:
             received = 0  # the worker has sent the findings of files [0, received)
             while True:
                 try:
-                    received, findings, finished = pickle.load(self.results)
+                    received, findings, not_judged, finished = pickle.load(self.results)
                 except (EOFError, pickle.UnpicklingError):  # it died: scan here what it did not
                     for index in range(received, taken[1]):
-                        self._scan_into(index, found)
+                        self._scan_into(index, found, unjudged)
                     break
                 found.update(findings)
+                unjudged.update(not_judged)
                 if finished:
                     break
             self.close()
+        for index in sorted(unjudged):
+            self.source.note(self.jobs[index][1], unjudged[index])
         return [finding for index in range(len(self.jobs)) for finding in found.get(index, ())]
 
     def close(self) -> None:
@@ -111,6 +121,7 @@ class Scan:
                 os.kill(self.worker, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.worker, 0)
+            warmup.untrack(self.worker)
             self.worker = None
         if self.results is not None:
             self.results.close()
@@ -124,35 +135,39 @@ class Scan:
             with os.fdopen(writer, "wb") as sent:
                 taken = self.taken
                 found: dict[int, list[Finding]] = {}
+                unjudged: dict[int, str] = {}
                 while (index := taken[0]) < taken[1]:
                     taken[0] = index + 1
-                    self._scan_into(index, found)
+                    self._scan_into(index, found, unjudged)
                     if (index + 1) % _SEND_EVERY == 0:
-                        pickle.dump((index + 1, found, False), sent)
+                        pickle.dump((index + 1, found, unjudged, False), sent)
                         sent.flush()
-                        found = {}
-                pickle.dump((taken[0], found, True), sent)
+                        found, unjudged = {}, {}
+                pickle.dump((taken[0], found, unjudged, True), sent)
             code = 0
         finally:
             os._exit(code)  # not the caller's atexit handlers, nor its buffered output
 
-    def _scan_into(self, index: int, found: dict[int, list[Finding]]) -> None:
-        """Scan file `index`; keep its findings, if it has any."""
+    def _scan_into(
+        self, index: int, found: dict[int, list[Finding]], unjudged: dict[int, str]
+    ) -> None:
+        """Scan file `index`; keep its findings, if it has any, or why it was not judged.
+
+        os calls, not open() (a file object costs more than rejecting most files): a stat, then
+        a non-blocking open of a regular file only (a FIFO named `x.py` must not hang doctor).
+        """
         path, shown = self.jobs[index]
+        data, why = read_file(path)
+        if data is None:
+            if why is not None:
+                unjudged[index] = why
+            return
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
+            findings = scan_bytes(data, shown, self.helpers)
+        except TOO_DEEP:
+            unjudged[index] = TOO_DEEP_WHY
             return
-        try:  # os calls, not open(): a file object costs more than rejecting most files
-            size = os.fstat(fd).st_size
-            data = os.read(fd, size + 1)
-            while len(data) > size and (more := os.read(fd, 1 << 20)):  # it grew meanwhile
-                data += more
-        except OSError:
-            return
-        finally:
-            os.close(fd)
-        if findings := scan_bytes(data, shown, self.helpers):
+        if findings:
             found[index] = findings
 
 
@@ -184,11 +199,14 @@ class _GitGrep:
                 stderr=subprocess.DEVNULL,
                 env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull},
             )  # fmt: skip
+        if self.process is not None:
+            warmup.track(self.process.pid)
 
     def files(self) -> set[str] | None:
         if self.process is None:
             return None
         output, _ = self.process.communicate()
+        warmup.untrack(self.process.pid)
         if self.process.returncode not in (0, 1):  # 1: no file matched
             return None
         names = {os.fsdecode(name) for name in output.split(b"\0") if name}
@@ -200,9 +218,10 @@ class _GitGrep:
 
 
 def _python_files(source: Source) -> list[tuple[str, str, bool]]:
-    """(path, shown, is a symlink) of the tree's `.py` files in the order of sorted Paths, tests
-    and benchmarks left out. Plain strings from os.scandir, entries sorted by name as they are
-    met (which is that order): a Path per file costs more than the byte tests."""
+    """(path, shown, a symlink or not a regular file) of the tree's `.py` files in the order of
+    sorted Paths, tests and benchmarks left out. Plain strings from os.scandir, entries sorted by
+    name as they are met (which is that order): a Path per file costs more than the byte tests.
+    The entry's type comes with the listing: telling them apart costs no call."""
     found: list[tuple[str, str, bool]] = []
 
     def visit(folder: str, shown: str) -> None:
@@ -216,7 +235,8 @@ def _python_files(source: Source) -> list[tuple[str, str, bool]]:
                 if entry.name not in _NOT_SERVED:
                     visit(entry.path, f"{shown}{entry.name}/")
             elif entry.name.endswith(".py") and not entry.name.startswith("test_"):
-                found.append((entry.path, shown + entry.name, entry.is_symlink()))
+                unusual = entry.is_symlink() or not entry.is_file(follow_symlinks=False)
+                found.append((entry.path, shown + entry.name, unusual))
 
     visit(str(source.package_dir), "sglang/")
     return found

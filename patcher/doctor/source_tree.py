@@ -8,35 +8,75 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from sglpatch.target import read_regular
+
+# No SGLang module comes near this (the largest, in 0.5.23, is 280 KB): a larger `.py` is not
+# read, and is listed as not judged.
+FILE_LIMIT = 4 << 20
+
 
 class Source:
-    """The `sglang` package on disk."""
+    """The `sglang` package on disk, and the files of it that could not be judged.
+
+    Every read goes through `read`: regular files only, never waiting, at most `FILE_LIMIT`
+    bytes. A file that exists but cannot be read, or that doctor cannot parse, is noted in
+    `not_judged` (shown path -> why) and reported, never skipped in silence.
+    """
 
     def __init__(self, package_dir: Path) -> None:
         self.package_dir = package_dir
+        self.not_judged: dict[str, str] = {}
 
     def shown(self, path: Path) -> str:
         return f"sglang/{path.relative_to(self.package_dir).as_posix()}"
 
+    def read(self, path: Path) -> bytes | None:
+        """The file's bytes; None when it is missing, or (noted) cannot be read."""
+        data, why = read_file(path)
+        if why is not None:
+            self.note(self.shown(path), why)
+        return data
+
     def text(self, path: Path) -> str:
-        try:
-            return path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
+        data = self.read(path)
+        return "" if data is None else data.decode("utf-8", errors="replace")
+
+    def note(self, shown: str, why: str) -> None:
+        self.not_judged.setdefault(shown, why)
 
     def module_file(self, dotted: str) -> Path | None:
         if dotted != "sglang" and not dotted.startswith("sglang."):
             return None
         base = self.package_dir.joinpath(*dotted.split(".")[1:])
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-            if candidate.is_file():
-                return candidate
+            try:
+                if candidate.is_file():
+                    return candidate
+            except OSError:  # a name too long for the file system: no such module
+                continue
         return None
 
     def dotted(self, path: Path) -> str:
         parts = path.relative_to(self.package_dir).with_suffix("").parts
         parts = parts[:-1] if parts and parts[-1] == "__init__" else parts
         return ".".join(("sglang", *parts))
+
+
+def read_file(path: str | Path) -> tuple[bytes | None, str | None]:
+    """(bytes, None); (None, None) for a missing file; (None, why) for one that cannot be read:
+    not a regular file, larger than `FILE_LIMIT`, or an error reading it."""
+    try:
+        return read_regular(path, FILE_LIMIT), None
+    except (FileNotFoundError, NotADirectoryError):
+        return None, None
+    except OSError as error:
+        return None, f"cannot be read: {error.strerror or error}"
+
+
+# Parsing a statement nested too deeply, or an expression of thousands of terms, exhausts the
+# parser (RecursionError, MemoryError); so may walking its tree. The file is then not judged.
+TOO_DEEP = (RecursionError, MemoryError)
+TOO_DEEP_WHY = "cannot be parsed: nested too deeply or too long an expression"
 
 
 # A string literal on one line, quotes escaped inside it; a prefix (`f"..."`) stays outside.

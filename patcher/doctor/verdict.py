@@ -4,7 +4,9 @@ Blockers are what is known to break: every catalogue patch that still has work o
 (each declares the `symptom` a capability-12 user sees without it) and the chosen model's
 missing EAGLE-3 methods. A patch that edits a models module concerns that model only, so it is a
 blocker only when that is the chosen model. The scanner's findings are suspects: listed, counted,
-and blockers only under `strict`. Ready means no blockers.
+and blockers only under `strict`. A file doctor could not read or parse is not judged: listed,
+and the answer cannot be "ready" (what it holds is unknown). Ready means no blockers and every
+file judged.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from packaging.version import Version
 from sglpatch import warmup
 from sglpatch.doctor import census, coverage, devices, eagle3, scanner
 from sglpatch.doctor.findings import Finding
-from sglpatch.doctor.source_tree import Source
+from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source
 from sglpatch.patch import Patch
 from sglpatch.results import Failed
 
@@ -55,10 +57,11 @@ class Diagnosis(NamedTuple):
     excluded: dict[str, str]  # registered classes that are no EAGLE-3 target -> why
     strict: bool
     asked: str | None = None  # what --model named
+    not_judged: tuple[tuple[str, str], ...] = ()  # (sglang/..., why) of files not read or parsed
 
     @property
     def ready(self) -> bool:
-        return not self.blockers
+        return not self.blockers and not self.not_judged
 
     @property
     def lacking(self) -> list[ModelReport]:
@@ -70,8 +73,12 @@ class Diagnosis(NamedTuple):
         if self.model is not None or self.asked:
             subject += f" + EAGLE-3 on {self.model.name if self.model else self.asked}"
         where = f"SGLang {self.release}" if self.release else "SGLang, release unknown"
+        unjudged = len(self.not_judged)
+        files = "1 file" if unjudged == 1 else f"{unjudged} files"
         if self.ready:
             answer = "ready"
+        elif not self.blockers:
+            answer = f"cannot tell: {files} could not be read or parsed (not judged)"
         else:
             count = len(self.blockers)
             fixable = sum(1 for b in self.blockers if b.fixed_by)
@@ -86,6 +93,8 @@ class Diagnosis(NamedTuple):
                 answer = f"{count} {noun}, {fixable} fixed by `sglpatch apply`"
             else:
                 answer = f"{count} {noun}, none fixed by `sglpatch apply`"
+            if unjudged:
+                answer += f"; {files} not judged"
         return f"{subject} ({where}): {answer}"
 
 
@@ -134,7 +143,11 @@ def diagnose(
     work = coverage.pending(checks)
 
     def rescan(data: bytes, shown: str) -> list[Finding]:
-        return scanner.scan_bytes(data, shown, helpers)
+        try:
+            return scanner.scan_bytes(data, shown, helpers)
+        except TOO_DEEP:  # the patched file: what the patch covers there is unknown
+            source.note(shown, f"{TOO_DEEP_WHY} (once patched)")
+            return []
 
     covered = coverage.covered_by(findings, work, rescan)
     reports = tuple(
@@ -191,6 +204,7 @@ def diagnose(
         excluded,
         strict,
         model,
+        tuple(sorted(source.not_judged.items())),
     )
 
 
