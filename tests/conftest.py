@@ -12,10 +12,20 @@ from tests import wheels
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Let the first wheel download show its progress on the terminal, past pytest's capture."""
+    """Let the first wheel download show its progress on the terminal, past pytest's capture.
+
+    Run with pytest-xdist (`-n`), the controller downloads every release before the workers
+    start, where the user sees it; the workers then find them all in the cache.
+    """
     capture = config.pluginmanager.getplugin("capturemanager")
     if capture is not None:
         wheels.terminal = capture.global_and_fixture_disabled
+    workers = (
+        config.getoption("numprocesses", None) if config.pluginmanager.hasplugin("xdist") else None
+    )
+    if workers and not hasattr(config, "workerinput") and "not wheel" not in config.option.markexpr:
+        for release in wheels.RELEASES:
+            wheels.wheel(release)
 
 
 @pytest.fixture(autouse=True)
