@@ -10,6 +10,7 @@ from packaging.version import Version
 from sglpatch import __version__, catalogue, diff, engine
 from sglpatch.errors import LedgerError, RefusedError, UsageError
 from sglpatch.patch import Patch
+from sglpatch.reading import NotRegularFile, read_regular
 from sglpatch.reports import (
     ApplyReport,
     CatalogueRow,
@@ -32,7 +33,7 @@ from sglpatch.store import (
     journal,
     sha256,
 )
-from sglpatch.store.fsio import NotRegularFile, read_regular, write_atomic
+from sglpatch.store.fsio import write_atomic
 from sglpatch.target import Target, find_target, parse_release
 
 __all__ = [
@@ -562,12 +563,11 @@ def _architecture(model_path: Path) -> str:
     import json
 
     from sglpatch.doctor.census import is_model_name, shown_name
-    from sglpatch.target import read_regular as read_without_waiting
 
     config = model_path / "config.json"
     limit = 64 << 20  # bytes: a checkpoint's config.json is a few KB; never a FIFO's wait
     try:
-        data = json.loads(read_without_waiting(config, limit).decode("utf-8"))
+        data = json.loads(read_regular(config, limit).decode("utf-8"))
     except FileNotFoundError:
         raise UsageError(f"--model-path {model_path}: no config.json there") from None
     except OSError as error:

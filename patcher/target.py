@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import ast
-import errno
 import importlib.util
 import os
 import re
-import stat
 import sys
 from dataclasses import dataclass
 from enum import Enum
@@ -17,6 +15,7 @@ from typing import NamedTuple
 from packaging.version import InvalidVersion, Version
 
 from sglpatch.errors import RefusedError, TargetError, UsageError
+from sglpatch.reading import read_regular
 
 
 class Layout(str, Enum):
@@ -361,37 +360,6 @@ def _from_tag(root: Path) -> tuple[Version | None, str | None]:
 
 
 _VERSION_FILE_LIMIT = 1 << 20  # bytes: a version file is a few lines
-
-
-def read_regular(path: str | os.PathLike[str], limit: int, *, whole: bool = True) -> bytes:
-    """The bytes of a regular file (symbolic links followed), never waiting on anything else.
-
-    A FIFO, a device or a socket raises OSError (EINVAL) before it is opened: opening a FIFO
-    waits for a writer, reading `/dev/zero` never ends. The file is opened non-blocking, so one
-    swapped in after the check does not wait either. At most `limit` bytes are read: a larger
-    file raises OSError (EFBIG), or with `whole=False` gives its first `limit` bytes.
-    """
-    info = os.stat(path)  # noqa: PTH116 - the scanner passes plain strings: cheaper than Paths
-    if not stat.S_ISREG(info.st_mode):
-        raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
-    if whole and info.st_size > limit:
-        raise OSError(errno.EFBIG, f"larger than {_size(limit)}", os.fspath(path))
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        data = os.read(fd, min(info.st_size, limit) + 1)
-        while len(data) <= limit and (more := os.read(fd, min(1 << 20, limit + 1 - len(data)))):
-            data += more  # it grew meanwhile
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        if whole:
-            raise OSError(errno.EFBIG, f"larger than {_size(limit)}", os.fspath(path))
-        data = data[:limit]
-    return data
-
-
-def _size(limit: int) -> str:
-    return f"{limit >> 20} MB" if limit >= 1 << 20 else f"{limit} bytes"
 
 
 def _version_or_none(text: str) -> Version | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sglpatch import api, errors
+from sglpatch import api, errors, reading
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
 from sglpatch.store import fsio, journal
@@ -325,5 +325,5 @@ def test_replace_problem_reads_the_kernel_answers(tmp_path: Path) -> None:
     fifo = tmp_path / "f.py"
     os.mkfifo(fifo)
     assert journal.current(fifo) == ""  # not a regular file, answered at once
-    with pytest.raises(fsio.NotRegularFile):
-        fsio.read_regular(fifo)
+    with pytest.raises(reading.NotRegularFile):
+        reading.read_regular(fifo)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sglpatch import target
+from sglpatch import reading
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
 from sglpatch.target import Layout, detect_release
@@ -118,11 +118,11 @@ def test_read_regular_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None
     zero.symlink_to(os.devnull if not Path("/dev/zero").exists() else "/dev/zero")
     for path in (fifo, zero, tmp_path):
         with pytest.raises(OSError, match="not a regular file") as error:
-            target.read_regular(path, 1 << 20)
+            reading.read_regular(path, 1 << 20)
         assert error.value.errno == errno.EINVAL
     big = tmp_path / "big.py"
     big.write_bytes(b"#" * 5000)
     with pytest.raises(OSError, match="larger than 4096 bytes"):
-        target.read_regular(big, 4096)
-    assert target.read_regular(big, 4096, whole=False) == b"#" * 4096
-    assert target.read_regular(big, 5000) == b"#" * 5000
+        reading.read_regular(big, 4096)
+    assert reading.read_regular(big, 4096, whole=False) == b"#" * 4096
+    assert reading.read_regular(big, 5000) == b"#" * 5000

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from sglpatch.target import read_regular
+from sglpatch.reading import read_regular
 
 # No SGLang module comes near this (the largest, in 0.5.23, is 280 KB): a larger `.py` is not
 # read, and is listed as not judged.

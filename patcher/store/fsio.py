@@ -9,11 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from sglpatch.errors import RefusedError, TargetError
+from sglpatch.reading import NotRegularFile, read_regular
 
 STAGE_SUFFIX = ".sglpatch"
-# More than any source file SGLang ships; a larger "source file" is not one.
-READ_LIMIT = 64 * 1024 * 1024
-
 # Tests set this to fail (or kill the process) at a named step: "stage", "replace",
 # "ledger-commit", "journal". Production code never sets it.
 fault_hook: Callable[[str, Path], None] | None = None
@@ -28,34 +26,6 @@ def sha256(data: bytes) -> str:
     import hashlib  # OpenSSL's loader costs a dry run more than it hashes
 
     return hashlib.sha256(data).hexdigest()
-
-
-class NotRegularFile(OSError):
-    """A path that should hold a file's bytes is a FIFO, a device, a directory or too large."""
-
-
-def read_regular(path: Path, limit: int = READ_LIMIT) -> bytes:
-    """The bytes of a regular file, read without blocking: a FIFO or a device is refused."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise NotRegularFile(f"{path} is not a regular file")
-        if info.st_size > limit:
-            raise NotRegularFile(f"{path} is over {limit} bytes")
-        chunks = []
-        left = limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        if left <= 0:
-            raise NotRegularFile(f"{path} grew past {limit} bytes")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def digest_of(path: Path) -> str | None:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from sglpatch.errors import LedgerError
-from sglpatch.store.fsio import fault_point, read_regular, sha256, write_atomic
+from sglpatch.reading import read_regular
+from sglpatch.store.fsio import fault_point, sha256, write_atomic
 from sglpatch.store.state import Entry, State
 
 AUTHOR = ("sglpatch", "sglpatch@localhost")

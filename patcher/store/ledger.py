@@ -24,7 +24,8 @@ from pathlib import Path
 
 from sglpatch.errors import LedgerError, LockedError, RefusedError, UsageError
 from sglpatch.patch import path_problem
-from sglpatch.store.fsio import read_regular, sha256, write_atomic
+from sglpatch.reading import read_regular
+from sglpatch.store.fsio import sha256, write_atomic
 from sglpatch.store.git import Repository, confined
 from sglpatch.store.state import State
 from sglpatch.target import Target, symlink_on_the_way

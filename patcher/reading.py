@@ -1,0 +1,53 @@
+"""Reading a file that may not be one: never wait on a FIFO or a device, never read without bound.
+
+Everything sglpatch reads from a target or a ledger goes through `read_regular`: a FIFO named like
+a source file, a link to `/dev/zero` or a socket is refused before it is opened (opening a FIFO
+waits for a writer; reading `/dev/zero` never ends), and one swapped in after the check is
+opened non-blocking, so it does not wait either.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+# More than any source file SGLang ships; a larger "source file" is not one.
+READ_LIMIT = 64 * 1024 * 1024
+
+
+class NotRegularFile(OSError):
+    """A path that should hold a file's bytes is a FIFO, a device, a directory or too large."""
+
+
+def read_regular(
+    path: str | os.PathLike[str], limit: int = READ_LIMIT, *, whole: bool = True
+) -> bytes:
+    """The bytes of a regular file (symbolic links followed), at most `limit` of them.
+
+    Raises NotRegularFile for anything else, and for a file over `limit` bytes; with
+    `whole=False` a larger file gives its first `limit` bytes instead.
+    """
+    info = os.stat(path)  # noqa: PTH116 - the scanner passes plain strings: cheaper than Paths
+    if not stat.S_ISREG(info.st_mode):
+        raise NotRegularFile(errno.EINVAL, "not a regular file", os.fspath(path))
+    if whole and info.st_size > limit:
+        raise NotRegularFile(errno.EFBIG, f"larger than {_size(limit)}", os.fspath(path))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped after the check
+            raise NotRegularFile(errno.EINVAL, "not a regular file", os.fspath(path))
+        data = os.read(fd, min(info.st_size, limit) + 1)
+        while len(data) <= limit and (more := os.read(fd, min(1 << 20, limit + 1 - len(data)))):
+            data += more  # it grew meanwhile
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        if whole:
+            raise NotRegularFile(errno.EFBIG, f"larger than {_size(limit)}", os.fspath(path))
+        data = data[:limit]
+    return data
+
+
+def _size(limit: int) -> str:
+    return f"{limit >> 20} MB" if limit >= 1 << 20 else f"{limit} bytes"
