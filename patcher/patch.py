@@ -1,10 +1,20 @@
-"""What a patch module declares. Subclass `Patch` once per module in `sglpatch.patches`."""
+"""What a patch module declares, and the one place it imports from.
+
+Subclass `Patch` once per module in `sglpatch.patches` (or in a plugin). Everything a patch
+module needs comes from here:
+
+    from sglpatch.patch import TESTED, AlreadyPresent, ByRelease, Patch, cst, cst_tools
+
+`cst` is libcst and `cst_tools` sglpatch's exact edits on its trees; both load on first use, so
+`status` and `list` never pay for libcst. `TESTED` is the range of releases the built-in catalogue
+is tested on: a new SGLang release is one edit, `NEWEST_TESTED`.
+"""
 
 from __future__ import annotations
 
 import functools
 import sys
-from abc import ABC, abstractmethod
+from abc import ABC, ABCMeta, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, redirect_stdout
 from types import FunctionType
@@ -14,11 +24,48 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sglpatch.errors import CatalogueError, PatchCrashed, raised, text_of
+from sglpatch.lazy import lazy_import
 
 if TYPE_CHECKING:
     import libcst as cst
 
-T = TypeVar("T")
+    from sglpatch import cst_tools
+else:
+    cst = lazy_import("libcst")
+    cst_tools = lazy_import("sglpatch.cst_tools")
+
+# What a patch module, built-in or plugin, imports from here.
+__all__ = [
+    "NEWEST_TESTED",
+    "OLDEST_TESTED",
+    "TESTED",
+    "AlreadyPresent",
+    "AlreadyUpstream",
+    "AnchorMissing",
+    "ByRelease",
+    "Patch",
+    "PostconditionFailed",
+    "cst",
+    "cst_tools",
+    "since",
+]
+
+# The releases tests/test_matrix.py proves the whole built-in catalogue on. A new SGLang release
+# is this one edit here (and its wheel in tests/wheels.py's list of releases).
+OLDEST_TESTED = "0.5.3"
+NEWEST_TESTED = "0.5.23"
+
+
+def since(oldest: str) -> SpecifierSet:
+    """`>=oldest,<=NEWEST_TESTED`: for `tested = since("0.5.9")`, a built-in patch tested from
+    `oldest` on (a plugin states its own range: sglpatch's newest is not tested for it)."""
+    return SpecifierSet(f">={oldest},<={NEWEST_TESTED}")
+
+
+# What a built-in patch declares as `tested`, unless it has a range of its own.
+TESTED = since(OLDEST_TESTED)
+
+T_co = TypeVar("T_co", covariant=True)  # a ByRelease[str] is a ByRelease[str | None]
 
 
 class AnchorMissing(Exception):
@@ -37,32 +84,57 @@ class PostconditionFailed(Exception):
     """The transformed file does not have the property the patch promises."""
 
 
-class ByRelease(Generic[T]):
+class ByRelease(Generic[T_co]):
     """A small table of per-release facts (file names, symbol names), keyed by PEP 440 specifiers.
 
     Exactly one row may match a release; overlapping rows are a bug in the patch module.
     """
 
-    def __init__(self, rows: Mapping[str, T]) -> None:
+    def __init__(self, rows: Mapping[str, T_co]) -> None:
         self.rows = {SpecifierSet(spec): value for spec, value in rows.items()}
 
-    def get(self, release: Version) -> T | None:
+    def get(self, release: Version) -> T_co | None:
         matches = [v for spec, v in self.rows.items() if spec.contains(release, prereleases=True)]
         if len(matches) > 1:
             raise ValueError(f"{len(matches)} rows match release {release}")
         return matches[0] if matches else None
 
 
-class Patch(ABC):
+def _reads_files(cls: type) -> bool:
+    """Whether `cls` keeps `Patch`'s own `target_file`, the one that reads `files`."""
+    owner = next(k for k in cls.__mro__ if "target_file" in vars(k))
+    return owner.__module__ == __name__ and owner.__qualname__ == "Patch"
+
+
+class _Declared(ABCMeta):
+    """`Patch`'s metaclass: a subclass that names no file is abstract, as one without `transform`.
+
+    It names one with a `files` table or a `target_file` of its own; with neither, the catalogue
+    does not take it for a patch, as when every patch had to write `target_file`.
+    """
+
+    def __init__(
+        cls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], /, **kwargs: Any
+    ) -> None:
+        super().__init__(name, bases, namespace, **kwargs)
+        if getattr(cls, "files", None) is None and _reads_files(cls):
+            cls.__abstractmethods__ = cls.__abstractmethods__ | {"target_file"}
+
+
+class Patch(ABC, metaclass=_Declared):
     """One fix to SGLang source, applied as a LibCST codemod.
 
     Subclasses declare, as class attributes:
       id                 stable identifier used in the ledger and on the command line
       description        one line: what it changes and why
       symptom            one line: what a capability-12 (or model) user sees without it
-      tested             the releases it has been tested on (a PEP 440 specifier)
+      tested             the releases it has been tested on (a PEP 440 specifier; the built-in
+                         patches take `TESTED`, the catalogue's range)
       fixed_upstream_in  the first release whose own code no longer needs it, if any
-    and implement `target_file`, `transform` and `postcondition`.
+      files              the file to edit on each release, relative to the `sglang` package
+                         (a `ByRelease` table; None where a release has none)
+    and implement `transform` and `postcondition`. `target_file` reads `files`; a patch whose
+    file is not a table of releases overrides `target_file` instead.
     """
 
     id: ClassVar[str]
@@ -70,6 +142,7 @@ class Patch(ABC):
     symptom: ClassVar[str]
     tested: ClassVar[SpecifierSet]
     fixed_upstream_in: ClassVar[Version | None] = None
+    files: ClassVar[ByRelease[str | None]]
     # Where the catalogue found the patch ("built-in", a plugin's name or a folder); set on load.
     origin: str = "built-in"
 
@@ -104,9 +177,12 @@ class Patch(ABC):
             if isinstance(own, FunctionType):  # not a staticmethod or property
                 setattr(cls, name, _blamed(own, expected))
 
-    @abstractmethod
     def target_file(self, release: Version) -> str | None:
-        """The file to edit, relative to the `sglang` package; None if the release has none."""
+        """The file to edit, relative to the `sglang` package; None if the release has none.
+
+        By default the row of `files` for `release`.
+        """
+        return self.files.get(release)
 
     @abstractmethod
     def transform(self, module: cst.Module, release: Version) -> cst.Module:

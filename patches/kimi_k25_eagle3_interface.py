@@ -11,21 +11,18 @@ Delete when: the oldest release in use is 0.5.10, which added these methods upst
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.lazy import lazy_import
-from sglpatch.patch import AlreadyPresent, AnchorMissing, ByRelease, Patch, PostconditionFailed
-
-if TYPE_CHECKING:
-    import libcst as cst
-
-    from sglpatch import cst_tools
-else:
-    cst = lazy_import("libcst")
-    cst_tools = lazy_import("sglpatch.cst_tools")
+from sglpatch.patch import (
+    TESTED,
+    AlreadyPresent,
+    AnchorMissing,
+    ByRelease,
+    Patch,
+    PostconditionFailed,
+    cst,
+    cst_tools,
+)
 
 CLASS = "KimiK25ForConditionalGeneration"
 DELEGATE = "language_model"
@@ -65,11 +62,9 @@ class KimiK25Eagle3Interface(Patch):
         "EAGLE-3 on Kimi K2.5 fails at start-up: "
         "KimiK25ForConditionalGeneration has no get_embed_and_head()"
     )
-    tested = SpecifierSet(">=0.5.3,<=0.5.23")
+    tested = TESTED
     fixed_upstream_in = Version("0.5.10")
-
-    def target_file(self, release: Version) -> str | None:
-        return MODEL_FILE.get(release)
+    files = MODEL_FILE
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         model = cst_tools.find_class(module, CLASS)

@@ -13,28 +13,21 @@ kernel is decode-only: no prefill, no gate.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.lazy import lazy_import
 from sglpatch.patch import (
+    TESTED,
     AlreadyPresent,
     AlreadyUpstream,
     AnchorMissing,
     ByRelease,
     Patch,
     PostconditionFailed,
+    cst,
+    cst_tools,
 )
-
-if TYPE_CHECKING:
-    import libcst as cst
-
-    from sglpatch import cst_tools
-else:
-    cst = lazy_import("libcst")
-    cst_tools = lazy_import("sglpatch.cst_tools")
 
 KERNEL = ByRelease({">=0.5.13": "srt/layers/attention/linear/kernels/gdn_cutedsl.py"})
 OURS, UPSTREAM = "_is_blackwell", "_is_sm10x"
@@ -73,16 +66,13 @@ class Sm120CutedslGdnPrefill(Patch):
     """Turn `return major >= 10` into `return major == 10` in the GDN CuTe DSL gate."""
 
     kernel: ClassVar[str] = "GDN"
-    files: ClassVar[ByRelease[str]] = KERNEL
 
     id = "sm120-cutedsl-gdn-prefill"
     description = "CuTe DSL GDN prefill kernel (tcgen05) only on capability 10; 12 uses Triton"
     symptom = "GDN backend cutedsl: the prefill kernel fails to build on SM120 (no tcgen05)"
-    tested = SpecifierSet(">=0.5.3,<=0.5.23")
+    tested = TESTED
     fixed_upstream_in = Version("0.5.23")
-
-    def target_file(self, release: Version) -> str | None:
-        return self.files.get(release)
+    files = KERNEL
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         ours = _function(module, OURS)

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.patch import ByRelease
+from sglpatch.patch import TESTED, ByRelease
 from sglpatch.patches.sm120_cutedsl_gdn_prefill import Sm120CutedslGdnPrefill
 
 KERNEL = ByRelease({">=0.5.14": "srt/layers/attention/linear/kernels/kda_cutedsl.py"})
@@ -29,7 +28,7 @@ class Sm120CutedslKdaPrefill(Sm120CutedslGdnPrefill):
     id = "sm120-cutedsl-kda-prefill"
     description = "CuTe DSL KDA prefill kernel (tcgen05) only on capability 10; 12 uses Triton"
     symptom = "KDA backend cutedsl: the prefill kernel fails to build on SM120 (no tcgen05)"
-    tested = SpecifierSet(">=0.5.3,<=0.5.23")
+    tested = TESTED
     fixed_upstream_in = Version("0.5.23")
+    files = KERNEL
     kernel: ClassVar[str] = "KDA"
-    files: ClassVar[ByRelease[str]] = KERNEL

@@ -39,21 +39,18 @@ Delete when: the oldest release in use is 0.5.21 or newer.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.lazy import lazy_import
-from sglpatch.patch import AlreadyPresent, AnchorMissing, ByRelease, Patch, PostconditionFailed
-
-if TYPE_CHECKING:
-    import libcst as cst
-
-    from sglpatch import cst_tools
-else:
-    cst = lazy_import("libcst")
-    cst_tools = lazy_import("sglpatch.cst_tools")
+from sglpatch.patch import (
+    TESTED,
+    AlreadyPresent,
+    AnchorMissing,
+    ByRelease,
+    Patch,
+    PostconditionFailed,
+    cst,
+    cst_tools,
+)
 
 FUNCTION = "_compute_enable_deep_gemm"
 SM120, SM121 = 120, 121
@@ -148,11 +145,9 @@ class Sm120DeepGemmOff(Patch):
         "FP8 block-quantized models (DeepSeek, Qwen3 FP8) fail in DeepGEMM kernels that "
         "sm_120/sm_121 cannot run"
     )
-    tested = SpecifierSet(">=0.5.3,<=0.5.23")
+    tested = TESTED
     fixed_upstream_in = Version("0.5.21")
-
-    def target_file(self, release: Version) -> str | None:
-        return CONFIGURER.get(release)
+    files = CONFIGURER
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         function = cst_tools.find_function(module, FUNCTION)

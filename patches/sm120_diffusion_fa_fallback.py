@@ -18,21 +18,18 @@ Torch SDPA branch for FlashAttention). Releases before 0.5.5 have no multimodal_
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.lazy import lazy_import
-from sglpatch.patch import AlreadyPresent, AnchorMissing, ByRelease, Patch, PostconditionFailed
-
-if TYPE_CHECKING:
-    import libcst as cst
-
-    from sglpatch import cst_tools
-else:
-    cst = lazy_import("libcst")
-    cst_tools = lazy_import("sglpatch.cst_tools")
+from sglpatch.patch import (
+    TESTED,
+    AlreadyPresent,
+    AnchorMissing,
+    ByRelease,
+    Patch,
+    PostconditionFailed,
+    cst,
+    cst_tools,
+)
 
 TARGET = ByRelease({"<0.5.5": None, ">=0.5.5": "multimodal_gen/runtime/platforms/cuda.py"})
 FIXED = Version("0.5.8")
@@ -140,11 +137,9 @@ class Sm120DiffusionFaFallback(Patch):
         "diffusion models on SM120 die at the first attention call: flash_attn at sgl-kernel "
         "is only supported on sm90 and above"
     )
-    tested = SpecifierSet(">=0.5.3,<=0.5.23")
+    tested = TESTED
     fixed_upstream_in = FIXED
-
-    def target_file(self, release: Version) -> str | None:
-        return TARGET.get(release)
+    files = TARGET
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         if release >= FIXED:

@@ -19,21 +19,18 @@ upstream" and leaves the file alone).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.lazy import lazy_import
-from sglpatch.patch import AlreadyPresent, AnchorMissing, ByRelease, Patch, PostconditionFailed
-
-if TYPE_CHECKING:
-    import libcst as cst
-
-    from sglpatch import cst_tools
-else:
-    cst = lazy_import("libcst")
-    cst_tools = lazy_import("sglpatch.cst_tools")
+from sglpatch.patch import (
+    TESTED,
+    AlreadyPresent,
+    AnchorMissing,
+    ByRelease,
+    Patch,
+    PostconditionFailed,
+    cst,
+    cst_tools,
+)
 
 # 0.5.16 moved the Triton attention kernels out of srt/layers.
 FILE = ByRelease(
@@ -73,11 +70,9 @@ class Sm120ExtendAttentionBlocks(Patch):
         "first prefill with the Triton backend dies with OutOfResources: shared memory, "
         "Required: 106496, Hardware limit: 101376 (Kimi K2, DeepSeek)"
     )
-    tested = SpecifierSet(">=0.5.3,<=0.5.23")
+    tested = TESTED
     fixed_upstream_in = Version("0.5.9")
-
-    def target_file(self, release: Version) -> str | None:
-        return FILE.get(release)
+    files = FILE
 
     def _chooser(self, module: cst.Module, release: Version) -> cst.FunctionDef:
         name = CHOOSER.get(release)

@@ -26,21 +26,18 @@ Delete when: the oldest release in use is 0.5.10 or newer.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.lazy import lazy_import
-from sglpatch.patch import AlreadyPresent, AnchorMissing, ByRelease, Patch, PostconditionFailed
-
-if TYPE_CHECKING:
-    import libcst as cst
-
-    from sglpatch import cst_tools
-else:
-    cst = lazy_import("libcst")
-    cst_tools = lazy_import("sglpatch.cst_tools")
+from sglpatch.patch import (
+    TESTED,
+    AlreadyPresent,
+    AnchorMissing,
+    ByRelease,
+    Patch,
+    PostconditionFailed,
+    cst,
+    cst_tools,
+)
 
 FUNCTION = "initialize_fp8_gemm_config"
 STORED = "FP8_GEMM_RUNNER_BACKEND"
@@ -119,11 +116,9 @@ class Sm120Fp8BlockGemmTriton(Patch):
         "FP8 block-quantized linears are sent to FlashInfer's SM100-only TRT-LLM GEMM (or "
         "DeepGEMM), which sm_120/sm_121 cannot run"
     )
-    tested = SpecifierSet(">=0.5.3,<=0.5.23")
+    tested = TESTED
     fixed_upstream_in = Version("0.5.10")
-
-    def target_file(self, release: Version) -> str | None:
-        return FP8_UTILS.get(release)
+    files = FP8_UTILS
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         function = cst_tools.find_function(module, FUNCTION)

@@ -12,27 +12,18 @@ when fused_a_gemm gained a CuTe DSL path for SM120; from there this patch has no
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.lazy import lazy_import
 from sglpatch.patch import (
+    TESTED,
     AlreadyPresent,
     AnchorMissing,
     ByRelease,
     Patch,
     PostconditionFailed,
+    cst,
+    cst_tools,
 )
-
-if TYPE_CHECKING:
-    import libcst as cst
-
-    from sglpatch import cst_tools
-else:
-    cst = lazy_import("libcst")
-    cst_tools = lazy_import("sglpatch.cst_tools")
 
 MODEL = ByRelease({"<0.5.15": "srt/models/deepseek_v2.py"})
 CLASS, FLAG, SM = "DeepseekV2AttentionMLA", "use_min_latency_fused_a_gemm", "_device_sm"
@@ -44,7 +35,7 @@ def _is_sm(node: cst.BaseExpression) -> bool:
 
 
 def _sm_tests(expression: cst.CSTNode) -> list[cst.Comparison]:
-    return [c for c in cst_tools._walk(expression, cst.Comparison) if _mentions_sm(c)]
+    return [c for c in cst_tools.walk(expression, cst.Comparison) if _mentions_sm(c)]
 
 
 def _mentions_sm(comparison: cst.Comparison) -> bool:
@@ -70,17 +61,15 @@ class Sm120FusedAGemmGate(Patch):
     id = "sm120-fused-a-gemm-gate"
     description = "DeepSeek's min-latency fused_a_gemm (no SM120 build) only on SM90-SM11x"
     symptom = "DeepSeek/Kimi with bf16 attention weights fail in dsv3_fused_a_gemm on SM120"
-    tested = SpecifierSet(">=0.5.3,<=0.5.23")
+    tested = TESTED
     fixed_upstream_in = Version("0.5.4.post2")
-
-    def target_file(self, release: Version) -> str | None:
-        return MODEL.get(release)
+    files = MODEL
 
     def _flag_value(self, module: cst.Module) -> cst.BaseExpression:
         init = cst_tools.methods(cst_tools.find_class(module, CLASS)).get("__init__")
         if init is None:
             raise AnchorMissing(f"{CLASS} has no __init__")
-        for line in cst_tools._walk(init, cst.SimpleStatementLine):
+        for line in cst_tools.walk(init, cst.SimpleStatementLine):
             for small in line.body:
                 if (
                     isinstance(small, cst.Assign)

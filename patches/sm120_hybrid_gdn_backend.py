@@ -19,28 +19,19 @@ fa4 on capability 12, which 0.5.16 refuses; that is a stricter message, not a cr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.lazy import lazy_import
 from sglpatch.patch import (
+    TESTED,
     AlreadyPresent,
     AlreadyUpstream,
     AnchorMissing,
     ByRelease,
     Patch,
     PostconditionFailed,
+    cst,
+    cst_tools,
 )
-
-if TYPE_CHECKING:
-    import libcst as cst
-
-    from sglpatch import cst_tools
-else:
-    cst = lazy_import("libcst")
-    cst_tools = lazy_import("sglpatch.cst_tools")
 
 FUNCTION = "attn_backend_wrapper"
 HELPER = "is_sm120_supported"
@@ -124,11 +115,9 @@ class Sm120HybridGdnBackend(Patch):
         "Qwen3-Next/Qwen3.5 stop at start-up: AssertionError 'triton ... the only supported "
         "backends on Blackwell GPUs for hybrid GDN models'"
     )
-    tested = SpecifierSet(">=0.5.3,<=0.5.23")
+    tested = TESTED
     fixed_upstream_in = Version("0.5.10")
-
-    def target_file(self, release: Version) -> str | None:
-        return TARGET.get(release)
+    files = TARGET
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         wrapper = _wrapper(module)

@@ -19,21 +19,18 @@ Delete when: the oldest release in use is 0.5.10 or newer.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.lazy import lazy_import
-from sglpatch.patch import AlreadyPresent, AnchorMissing, ByRelease, Patch, PostconditionFailed
-
-if TYPE_CHECKING:
-    import libcst as cst
-
-    from sglpatch import cst_tools
-else:
-    cst = lazy_import("libcst")
-    cst_tools = lazy_import("sglpatch.cst_tools")
+from sglpatch.patch import (
+    TESTED,
+    AlreadyPresent,
+    AnchorMissing,
+    ByRelease,
+    Patch,
+    PostconditionFailed,
+    cst,
+    cst_tools,
+)
 
 FLAG = "is_mxfp4_quant_format"
 SM120_GATES = {"is_sm120_supported", "is_sm120"}  # the helper, and get_platform().is_sm120
@@ -108,11 +105,9 @@ class Sm120Mxfp4MoeBackend(Patch):
     symptom = (
         "GPT-OSS (MXFP4) gets the SM100-only FlashInfer trtllm-gen MoE kernel and fails to start"
     )
-    tested = SpecifierSet(">=0.5.3,<=0.5.23")
+    tested = TESTED
     fixed_upstream_in = Version("0.5.10")
-
-    def target_file(self, release: Version) -> str | None:
-        return TARGET.get(release)
+    files = TARGET
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         head = _mxfp4_chain(module)

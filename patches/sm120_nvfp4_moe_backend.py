@@ -14,27 +14,20 @@ before 0.5.11 never default NVFP4 MoE to trtllm-gen: not for them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.lazy import lazy_import
 from sglpatch.patch import (
+    TESTED,
     AlreadyPresent,
     AnchorMissing,
     ByRelease,
     Patch,
     PostconditionFailed,
+    cst,
+    cst_tools,
 )
-
-if TYPE_CHECKING:
-    import libcst as cst
-
-    from sglpatch import cst_tools
-else:
-    cst = lazy_import("libcst")
-    cst_tools = lazy_import("sglpatch.cst_tools")
 
 N = TypeVar("N", bound="cst.CSTNode")
 BACKEND = "moe_runner_backend"
@@ -71,7 +64,7 @@ def _names_sm120(node: cst.CSTNode) -> bool:
 
 def _descendants(node: cst.CSTNode, kind: type[N]) -> list[N]:
     # cst_tools' field walk: a CSTVisitor over the overrides module costs a second.
-    return list(cst_tools._walk(node, kind))
+    return list(cst_tools.walk(node, kind))
 
 
 def _routes_to_cutlass(branch: cst.If) -> bool:
@@ -107,11 +100,9 @@ class Sm120Nvfp4MoeBackend(Patch):
     id = "sm120-nvfp4-moe-backend"
     description = "modelopt_fp4 MoE `auto` backend resolves to flashinfer_cutlass on capability 12"
     symptom = "NVFP4 MoE models fail in FlashInfer trtllm-gen MoE (SM100-only kernels) on SM120"
-    tested = SpecifierSet(">=0.5.3,<=0.5.23")
+    tested = TESTED
     fixed_upstream_in = Version("0.5.13")
-
-    def target_file(self, release: Version) -> str | None:
-        return RESOLVER.get(release)
+    files = RESOLVER
 
     def _method(self, module: cst.Module) -> cst.FunctionDef:
         method = cst_tools.methods(cst_tools.find_class(module, "ServerArgs")).get(METHOD)

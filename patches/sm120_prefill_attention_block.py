@@ -16,21 +16,18 @@ the patch then reports "already upstream".
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.lazy import lazy_import
-from sglpatch.patch import AlreadyPresent, AnchorMissing, ByRelease, Patch, PostconditionFailed
-
-if TYPE_CHECKING:
-    import libcst as cst
-
-    from sglpatch import cst_tools
-else:
-    cst = lazy_import("libcst")
-    cst_tools = lazy_import("sglpatch.cst_tools")
+from sglpatch.patch import (
+    TESTED,
+    AlreadyPresent,
+    AnchorMissing,
+    ByRelease,
+    Patch,
+    PostconditionFailed,
+    cst,
+    cst_tools,
+)
 
 # 0.5.16 moved the Triton attention kernels out of srt/layers.
 FILE = ByRelease(
@@ -59,10 +56,8 @@ class Sm120PrefillAttentionBlock(Patch):
         "Triton prefill/vision attention dies with OutOfResources: shared memory "
         "(163840 bytes needed at head size 256, 101376 available)"
     )
-    tested = SpecifierSet(">=0.5.3,<=0.5.23")
-
-    def target_file(self, release: Version) -> str | None:
-        return FILE.get(release)
+    tested = TESTED
+    files = FILE
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         launcher = cst_tools.find_function(module, LAUNCHER)

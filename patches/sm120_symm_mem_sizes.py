@@ -18,23 +18,23 @@ Delete when: an SGLang release ships a row for 12 (none up to 0.5.23 does).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.lazy import lazy_import
-from sglpatch.patch import AlreadyPresent, AnchorMissing, ByRelease, Patch, PostconditionFailed
-
-if TYPE_CHECKING:
-    import libcst as cst
-
-    from sglpatch import cst_tools
-else:
-    cst = lazy_import("libcst")
-    cst_tools = lazy_import("sglpatch.cst_tools")
+from sglpatch.patch import (
+    TESTED,
+    AlreadyPresent,
+    AnchorMissing,
+    ByRelease,
+    Patch,
+    PostconditionFailed,
+    cst,
+    cst_tools,
+)
 
 NEW, MODEL = 12, 10
+
+# The same module on every release (an empty specifier matches them all).
+FILE = ByRelease({"": "srt/distributed/device_communicators/all_reduce_utils.py"})
 
 # The table was renamed when the communicator became TorchSymmMemCommunicator.
 TABLE = ByRelease(
@@ -57,10 +57,8 @@ class Sm120SymmMemSizes(Patch):
         "--enable-torch-symm-mem dies with KeyError: 12 (from 0.5.14: the communicator is "
         "silently disabled)"
     )
-    tested = SpecifierSet(">=0.5.3,<=0.5.23")
-
-    def target_file(self, release: Version) -> str | None:
-        return "srt/distributed/device_communicators/all_reduce_utils.py"
+    tested = TESTED
+    files = FILE
 
     def _table(self, module: cst.Module, release: Version) -> cst.Dict:
         name = TABLE.get(release)

@@ -17,41 +17,32 @@ Delete when: the oldest release in use is 0.5.14 or newer. 0.5.14 changed the lo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.lazy import lazy_import
 from sglpatch.patch import (
+    TESTED,
     AlreadyPresent,
     AlreadyUpstream,
     AnchorMissing,
     ByRelease,
     Patch,
     PostconditionFailed,
+    cst,
+    cst_tools,
 )
-
-if TYPE_CHECKING:
-    import libcst as cst
-
-    from sglpatch import cst_tools
-else:
-    cst = lazy_import("libcst")
-    cst_tools = lazy_import("sglpatch.cst_tools")
 
 NEW, MODEL = 12, 10
 TABLE = "_WORLD_SIZES_MULTIMEM"
 
 # 0.5.4.post3 renamed the module and class (symm_mem -> torch_symm_mem).
-COMMUNICATOR = ByRelease(
+MODULE = ByRelease(
     {
-        "<0.5.4.post3": ("srt/distributed/device_communicators/symm_mem.py", "SymmMemCommunicator"),
-        ">=0.5.4.post3": (
-            "srt/distributed/device_communicators/torch_symm_mem.py",
-            "TorchSymmMemCommunicator",
-        ),
+        "<0.5.4.post3": "srt/distributed/device_communicators/symm_mem.py",
+        ">=0.5.4.post3": "srt/distributed/device_communicators/torch_symm_mem.py",
     }
+)
+COMMUNICATOR = ByRelease(
+    {"<0.5.4.post3": "SymmMemCommunicator", ">=0.5.4.post3": "TorchSymmMemCommunicator"}
 )
 
 
@@ -64,18 +55,15 @@ class Sm120SymmMemTwoShot(Patch):
         "--enable-torch-symm-mem dies with KeyError: 12 in all_reduce() on GPUs that expose "
         "NVLink multicast (without it SGLang disables the communicator first)"
     )
-    tested = SpecifierSet(">=0.5.3,<=0.5.23")
+    tested = TESTED
     fixed_upstream_in = Version("0.5.14")
-
-    def target_file(self, release: Version) -> str | None:
-        row = COMMUNICATOR.get(release)
-        return row[0] if row else None
+    files = MODULE
 
     def _class(self, module: cst.Module, release: Version) -> cst.ClassDef:
-        row = COMMUNICATOR.get(release)
-        if row is None:  # target_file already said None for such a release
+        name = COMMUNICATOR.get(release)
+        if name is None:  # target_file already said None for such a release
             raise AnchorMissing(f"no communicator is known for SGLang {release}")
-        return cst_tools.find_class(module, row[1])
+        return cst_tools.find_class(module, name)
 
     @staticmethod
     def _tolerant_lookup(communicator: cst.ClassDef) -> bool:

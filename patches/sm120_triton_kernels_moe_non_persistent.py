@@ -18,21 +18,18 @@ constraint in `_swizzle_mxfp4`: not for them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.lazy import lazy_import
-from sglpatch.patch import AlreadyPresent, AnchorMissing, ByRelease, Patch, PostconditionFailed
-
-if TYPE_CHECKING:
-    import libcst as cst
-
-    from sglpatch import cst_tools
-else:
-    cst = lazy_import("libcst")
-    cst_tools = lazy_import("sglpatch.cst_tools")
+from sglpatch.patch import (
+    TESTED,
+    AlreadyPresent,
+    AnchorMissing,
+    ByRelease,
+    Patch,
+    PostconditionFailed,
+    cst,
+    cst_tools,
+)
 
 TARGET = ByRelease(
     {"<0.5.14": None, ">=0.5.14": "srt/layers/moe/fused_moe_triton/triton_kernels_moe.py"}
@@ -122,11 +119,9 @@ class Sm120TritonKernelsMoeNonPersistent(Patch):
         "--moe-runner-backend triton_kernel on SM120 gets triton_kernels' persistent TMA "
         "matmul_ogs, which capability 12 cannot run"
     )
-    tested = SpecifierSet(">=0.5.3,<=0.5.23")
+    tested = TESTED
     fixed_upstream_in = FIXED
-
-    def target_file(self, release: Version) -> str | None:
-        return TARGET.get(release)
+    files = TARGET
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         if _sm120_branches(module):

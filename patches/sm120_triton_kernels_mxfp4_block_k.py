@@ -20,21 +20,18 @@ made Marlin the MXFP4 MoE runner of capability 12; this patch leaves 0.5.14 and 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.lazy import lazy_import
-from sglpatch.patch import AlreadyPresent, AnchorMissing, ByRelease, Patch, PostconditionFailed
-
-if TYPE_CHECKING:
-    import libcst as cst
-
-    from sglpatch import cst_tools
-else:
-    cst = lazy_import("libcst")
-    cst_tools = lazy_import("sglpatch.cst_tools")
+from sglpatch.patch import (
+    TESTED,
+    AlreadyPresent,
+    AnchorMissing,
+    ByRelease,
+    Patch,
+    PostconditionFailed,
+    cst,
+    cst_tools,
+)
 
 FUNCTION = "_swizzle_mxfp4"
 HELPER = "is_sm120_supported"
@@ -117,11 +114,9 @@ class Sm120TritonKernelsMxfp4BlockK(Patch):
     id = "sm120-triton-kernels-mxfp4-block-k"
     description = "triton_kernels MXFP4 MoE on capability 12: strided weights, block_k=128 (0.5.10)"
     symptom = "GPT-OSS on the triton_kernel MoE runner dies at start-up: assert num_stages >= 1"
-    tested = SpecifierSet(">=0.5.3,<=0.5.23")
+    tested = TESTED
     fixed_upstream_in = Version("0.5.10")
-
-    def target_file(self, release: Version) -> str | None:
-        return TARGET.get(release)
+    files = TARGET
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         function = _swizzle(module)

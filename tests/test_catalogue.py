@@ -11,8 +11,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 import sglpatch.patches
-from sglpatch import catalogue
-from sglpatch.patch import ByRelease, Patch
+from sglpatch import catalogue, engine
+from sglpatch.patch import NEWEST_TESTED, OLDEST_TESTED, ByRelease, Patch, since
+from sglpatch.results import Applied
+from tests import wheels
 
 
 def test_every_module_holds_exactly_one_well_formed_patch() -> None:
@@ -62,18 +64,120 @@ def test_by_release_picks_exactly_one_row() -> None:
         ByRelease({">=0.5": 1, ">=0.5.9": 2}).get(Version("0.5.9"))
 
 
-class _Dummy(Patch):
+class _Codemod(Patch):
+    """A codemod that names no file: each subclass says which."""
+
     description = "a test patch"
     tested = SpecifierSet(">=0.5")
-
-    def target_file(self, release: Version) -> str | None:
-        return None
 
     def transform(self, module, release):  # type: ignore[no-untyped-def]
         return module
 
     def postcondition(self, module, release):  # type: ignore[no-untyped-def]
         return None
+
+
+class _Dummy(_Codemod):
+    def target_file(self, release: Version) -> str | None:
+        return None
+
+
+def test_target_file_reads_the_files_table() -> None:
+    table = ByRelease({"<0.5.4": "old.py", ">=0.5.4,<0.5.9": "new.py", ">=0.5.9": None})
+    cls = type("Declared", (_Codemod,), {"id": "declared", "files": table})
+    patch = cls()
+    assert patch.target_file(Version("0.5.3")) == "old.py"
+    assert patch.package_file(Version("0.5.4.post1")) == "new.py"
+    assert patch.target_file(Version("0.5.9")) is None
+
+
+def test_a_patch_that_names_no_file_is_not_a_patch() -> None:
+    """Neither `files` nor its own `target_file`: abstract, as when target_file was abstract."""
+    module = types.ModuleType("nameless")
+    module.Nameless = type("Nameless", (_Codemod,), {"__module__": "nameless", "id": "x"})  # type: ignore[attr-defined]
+    with pytest.raises(catalogue.CatalogueError, match="defines 0 patches"):
+        catalogue.patch_in(module)
+
+
+# A plugin written as the built-in patches are: one import, a files table, a tested range.
+DECLARATIVE = '''"""Give capability 11 a size row. Delete when: never, it is a test."""
+
+from __future__ import annotations
+
+from packaging.version import Version
+
+from sglpatch.patch import AlreadyPresent, ByRelease, Patch, PostconditionFailed, cst, cst_tools, since
+
+TABLE = "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES"
+
+
+class Sm110Sizes(Patch):
+    """Copy capability 10's row to 11."""
+
+    id = "sm110-sizes"
+    description = "sizes for capability 11"
+    symptom = "KeyError: 11"
+    tested = since("0.5.9")
+    files = ByRelease({"<0.5.4.post3": None, ">=0.5.4.post3": "srt/sizes.py"})
+
+    def transform(self, module: cst.Module, release: Version) -> cst.Module:
+        table = cst_tools.find_dict(module.body, TABLE)
+        if cst_tools.dict_row(table, 11) is not None:
+            raise AlreadyPresent("the table has a row for 11")
+        row = cst_tools.dict_row(table, 10).deep_clone().with_changes(key=cst.Integer("11"))
+        return cst_tools.replace(module, table, cst_tools.with_row_after(table, 10, row))
+
+    def postcondition(self, module: cst.Module, release: Version) -> None:
+        if cst_tools.dict_row(cst_tools.find_dict(module.body, TABLE), 11) is None:
+            raise PostconditionFailed("no row for 11")
+'''
+
+
+def test_a_declarative_plugin_needs_one_import_and_a_files_table(tmp_path: Path) -> None:
+    (tmp_path / "sm110_sizes.py").write_text(DECLARATIVE)
+    [patch] = catalogue.load(modules=catalogue.directory_modules(tmp_path))
+    assert str(patch.tested) == f"<={NEWEST_TESTED},>=0.5.9"
+    assert patch.package_file(Version("0.5.4.post2")) is None
+    release = Version("0.5.9")
+    assert patch.package_file(release) == "srt/sizes.py"
+    source = b"TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {\n    9: {2: 1},\n    10: {2: 2}\n}\n"
+    change, outcomes = engine.transform_source(source, "sizes.py", [patch], release)
+    assert isinstance(outcomes[patch.id], Applied) and change is not None
+    assert change.after == source.replace(b"}\n}", b"},\n    11: {2: 2}\n}")  # laid out as 9 and 10
+
+
+def test_the_newest_tested_release_is_written_once() -> None:
+    """A new SGLang release is one edit to the catalogue: `NEWEST_TESTED` in sglpatch.patch."""
+    assert (wheels.RELEASES[0], wheels.RELEASES[-1]) == (OLDEST_TESTED, NEWEST_TESTED)
+    folder = Path(sglpatch.patches.__path__[0])
+    for path in sorted(folder.glob("*.py")):
+        assert f"<={NEWEST_TESTED}" not in path.read_text(encoding="utf-8"), path.name
+    for patch in catalogue.load():
+        assert patch.tested == since(OLDEST_TESTED), patch.id  # until one needs its own
+
+
+# Every public name of sglpatch.cst_tools while it was one module (cst_tools.py, 2026-12-01).
+CST_TOOLS_NAMES = {
+    "AnchorMissing", "Iterator", "Sequence", "Step", "T", "TypeGuard", "TypeVar", "annotations",
+    "append_to_class", "assigns_self_attribute", "class_body", "cst", "dataclasses", "dict_row",
+    "find_class", "find_compound", "find_dict", "find_function", "function_body", "if_chain",
+    "ifs_testing", "imported_names", "int_key", "method_calls_on", "method_names", "methods",
+    "replace", "replace_statement", "statement", "walk", "with_alias", "with_branch_before",
+    "with_imported_name", "with_row_after", "with_statements_beside",
+}  # fmt: skip
+# Of those, what the module's own imports leaked: the typing helpers, not its API.
+LEAKED = {"Iterator", "Sequence", "TypeGuard", "TypeVar", "dataclasses"}
+
+
+def test_cst_tools_keeps_its_public_names() -> None:
+    import libcst
+
+    from sglpatch import cst_tools
+
+    public = {name for name in dir(cst_tools) if not name.startswith("_")}
+    assert public - {"edit", "find", "walking"} == CST_TOOLS_NAMES - LEAKED
+    assert set(cst_tools.__all__) == CST_TOOLS_NAMES - LEAKED - {"annotations"}
+    assert callable(cst_tools.walk) and cst_tools.cst is libcst  # not shadowed by a submodule
 
 
 def test_production_code_checks_with_errors_not_assert() -> None:
