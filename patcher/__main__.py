@@ -12,8 +12,10 @@ def main() -> None:
     try:
         from sglpatch.cli import main as run
     except KeyboardInterrupt:  # Ctrl-C while the CLI itself is still importing
+        from sglpatch.errors import forget_interrupt
+
         sys.stderr.write("sglpatch: error: interrupted\n")
-        eval("None")  # see cli._exit_interrupted: otherwise CPython ends the process by SIGINT
+        forget_interrupt()
         sys.exit(130)
     run()
 

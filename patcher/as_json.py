@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any
 
 from sglpatch import api
 from sglpatch.results import AlreadyApplied, Failed, NotApplicable, Outcome
-from sglpatch.store import Entry
 from sglpatch.target import Target
 
 if TYPE_CHECKING:
@@ -91,12 +90,12 @@ def check(report: api.CheckReport) -> JSON:
     }
 
 
-def log(entries: list[Entry], record_directory: str) -> JSON:
+def log(report: api.LogReport) -> JSON:
     return {
-        "ledger": record_directory,
+        "ledger": str(report.ledger),
         "entries": [
             {"commit": e.commit, "date": e.date, "summary": e.summary, "message": e.message}
-            for e in entries
+            for e in report.entries
         ],
     }
 

@@ -20,6 +20,16 @@ class ExitCode(IntEnum):
     BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a reader that went away
 
 
+def forget_interrupt() -> None:
+    """Let a Ctrl-C already reported end the process with exit 130, not by SIGINT.
+
+    CPython remembers a KeyboardInterrupt that escaped an eval or exec of source text (namedtuple
+    and dataclass creation use them, e.g. while libcst imports) and at exit then kills the
+    process with SIGINT instead of returning our code. Evaluating any source text clears that.
+    """
+    eval("None")
+
+
 class SglpatchError(Exception):
     """Base of every error sglpatch expects; `str()` is the one-line message."""
 

@@ -14,6 +14,7 @@ from sglpatch.target import Target
 
 if TYPE_CHECKING:
     from sglpatch.doctor.verdict import Diagnosis
+    from sglpatch.store.state import Entry
 
 
 class ApplyReport(NamedTuple):
@@ -50,6 +51,15 @@ class PatchStatus(NamedTuple):
     state: str
     file: str | None
     note: str = ""
+
+
+class LogReport(NamedTuple):
+    """`log`: the history of the target's record (`ledger` is the record's folder)."""
+
+    target: Target
+    ledger: Path
+    store: Path  # the ledger directory holding it
+    entries: list[Entry]
 
 
 class StatusReport(NamedTuple):

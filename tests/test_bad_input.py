@@ -143,7 +143,7 @@ def test_a_read_only_target(
     monkeypatch.setattr(fsio, "fault_hook", read_only)
     fails(runner, site_059, ExitCode.TARGET, ["Read-only file system", "cannot write"])
     assert not list(site_059.rglob("*.sglpatch"))
-    assert api.log(site_059)[1] == []
+    assert api.log(site_059).entries == []
 
 
 def test_a_patched_file_replaced_by_a_directory(runner: CliRunner, site_059: Path) -> None:

@@ -195,6 +195,6 @@ def test_production_code_checks_with_errors_not_assert() -> None:
 
 
 def test_the_cli_id_column_fits_every_built_in_id() -> None:
-    from sglpatch.cli import ID_WIDTH
+    from sglpatch.cli.output import id_width
 
-    assert max(len(p.id) for p in catalogue.load()) <= ID_WIDTH
+    assert max(len(p.id) for p in catalogue.load()) == id_width()

@@ -108,20 +108,20 @@ def test_the_ledger_commit_holds_both_versions_of_every_file(
 ) -> None:
     pristine = snapshot(site_059)
     run(runner, "apply", "--target", str(site_059))
-    record, entries = api.log(site_059)
-    message = entries[0].message
+    history = api.log(site_059)
+    record, message = history.ledger, history.entries[0].message
     assert "release: 0.5.9" in message and "sglpatch: " in message
     assert all(
         p in message
         for p in ("sm120-symm-mem-sizes", "sm120-symm-mem-two-shot", "kimi-k25-eagle3-interface")
     )
     for member in CHANGED:
-        assert (record.directory / "files" / "original" / member).read_bytes() == pristine[member]
-        assert (record.directory / "files" / "patched" / member).read_bytes() == (
+        assert (record / "files" / "original" / member).read_bytes() == pristine[member]
+        assert (record / "files" / "patched" / member).read_bytes() == (
             site_059 / member
         ).read_bytes()
     show = subprocess.run(
-        ["git", "-C", str(record.directory), "show", "--name-only", "--format=", "HEAD"],
+        ["git", "-C", str(record), "show", "--name-only", "--format=", "HEAD"],
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     assert sorted(show) == sorted(
@@ -148,10 +148,8 @@ def test_an_edit_after_apply_blocks_revert_until_forced(runner: CliRunner, site_
     code, out, err = run(runner, "revert", "--force", "--target", str(site_059))
     assert code == 0, err
     assert snapshot(site_059) == pristine
-    record, _ = api.log(site_059)
-    assert (
-        (record.directory / "files" / "edited" / SIZES).read_bytes().endswith(b"# my own tuning\n")
-    )
+    record = api.log(site_059).ledger
+    assert (record / "files" / "edited" / SIZES).read_bytes().endswith(b"# my own tuning\n")
 
 
 @pytest.mark.parametrize(

@@ -44,7 +44,7 @@ def test_three_simultaneous_applies_patch_once(site_059: Path) -> None:
     assert source.count(b"    12: {") == 1
     table = proofs.size_table(source, "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES")
     assert table[12] == table[10]
-    _, entries = api.log(site_059)
+    entries = api.log(site_059).entries
     assert [e.summary.split(":")[0] for e in entries] == ["apply"]
 
 

@@ -384,7 +384,7 @@ def test_progress_goes_to_a_terminal_stderr_only(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     site = tiny_tree(tmp_path, with_method=True)
-    monkeypatch.setattr(cli, "_stderr_is_terminal", lambda: True)
+    monkeypatch.setattr(cli.doctor, "_stderr_is_terminal", lambda: True)
     result = runner.invoke(app, ["doctor", "--target", str(site), "--json"])
     assert "doctor: scanning capability gates" in result.stderr
     assert json.loads(result.stdout)["ready"] is True

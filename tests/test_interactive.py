@@ -76,7 +76,7 @@ def test_nothing_chosen_writes_nothing(runner: CliRunner, site_059: Path) -> Non
     assert result.exit_code == 0 and "No patch chosen" in result.stdout
     assert "y: apply this patch" in result.stderr  # help for an unknown answer
     assert states(site_059) == {i: "not applied" for i in OFFERED} | OTHERS
-    assert api.log(site_059)[1] == []
+    assert api.log(site_059).entries == []
 
 
 def test_end_of_input_aborts_with_nothing_written(runner: CliRunner, site_059: Path) -> None:
@@ -85,7 +85,7 @@ def test_end_of_input_aborts_with_nothing_written(runner: CliRunner, site_059: P
     assert result.exit_code == ExitCode.REFUSED, result.stdout
     assert "input ended" in result.stderr and "nothing was written" in result.stderr
     assert states(site_059) == {i: "not applied" for i in OFFERED} | OTHERS
-    assert api.log(site_059)[1] == []
+    assert api.log(site_059).entries == []
 
 
 def test_ctrl_c_at_a_prompt_aborts_with_nothing_written(site_059: Path) -> None:
@@ -113,7 +113,7 @@ def test_ctrl_c_at_a_prompt_aborts_with_nothing_written(site_059: Path) -> None:
     assert process.wait() == ExitCode.INTERRUPTED, err
     assert b"sglpatch: error: interrupted" in err
     assert states(site_059) == {i: "not applied" for i in OFFERED} | OTHERS
-    assert api.log(site_059)[1] == []
+    assert api.log(site_059).entries == []
 
 
 def test_interactive_json_keeps_stdout_one_object(runner: CliRunner, site_059: Path) -> None:

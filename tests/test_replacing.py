@@ -37,7 +37,7 @@ def one_line_error(result: object, code: int, *words: str) -> str:
 
 
 def nothing_recorded(site: Path) -> None:
-    assert api.log(site)[1] == []
+    assert api.log(site).entries == []
     assert not list(site.rglob("*.sglpatch"))
     assert all(row.state != "applied" for row in api.status(site).patches)
 
@@ -95,7 +95,7 @@ def test_an_edit_while_revert_runs_is_never_lost(
     for member, data in patched.items():
         if member != KIMI:
             assert (site_059 / member).read_bytes() == data, member
-    assert len(api.log(site_059)[1]) == 1  # only the apply
+    assert len(api.log(site_059).entries) == 1  # only the apply
 
 
 def test_an_edit_during_a_real_apply_process(site_059: Path, tmp_path: Path) -> None:
@@ -242,7 +242,7 @@ def test_a_journal_that_cannot_be_finished_never_blocks_revert(
     assert report.restored == ()  # nothing was ever committed: the undo did it all
     assert snapshot(site_059) == pristine
     assert api.status(site_059).interrupted is None
-    assert api.log(site_059)[1] == []
+    assert api.log(site_059).entries == []
 
 
 def test_a_file_owned_by_someone_else_is_refused(

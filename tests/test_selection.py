@@ -51,8 +51,9 @@ def test_skip_is_recorded_and_exact_through_status_check_apply_and_revert(
     changed = {k for k, v in snapshot(site_059).items() if v != pristine[k]}
     assert changed == {m for m in wheels.applied_targets("0.5.9") if "torch_symm_mem" not in m}
     assert states(site_059) == wheels.expected_states("0.5.9", "applied") | {TWO_SHOT: "skipped"}
-    record, entries = api.log(site_059)
-    assert record.state().skipped == [TWO_SHOT] and f"skipped: {TWO_SHOT}" in entries[0].message
+    entries = api.log(site_059).entries
+    skipped = [row.id for row in api.status(site_059).patches if row.state == "skipped"]
+    assert skipped == [TWO_SHOT] and f"skipped: {TWO_SHOT}" in entries[0].message
 
     code, out, err = check(runner, site_059)  # a patch the user chose to skip is no failure
     assert code == 0 and out.count("\n") == 1 and f"skipped by choice: {TWO_SHOT}" in out, err
@@ -60,7 +61,7 @@ def test_skip_is_recorded_and_exact_through_status_check_apply_and_revert(
     code, out, err = invoke(runner, "apply", "--target", str(site_059))  # a plain apply: all
     assert code == 0 and "Patched 1 file(s)" in out, err
     assert states(site_059) == wheels.expected_states("0.5.9", "applied")
-    assert record.state().skipped == []
+    assert [row.id for row in api.status(site_059).patches if row.state == "skipped"] == []
 
     assert invoke(runner, "revert", "--target", str(site_059))[0] == 0
     assert snapshot(site_059) == pristine
@@ -92,7 +93,7 @@ def test_skipping_everything_still_records_the_choice(runner: CliRunner, site_05
 def test_a_dry_run_records_no_skip(runner: CliRunner, site_059: Path) -> None:
     code, _, _ = invoke(runner, "apply", "--dry-run", "--skip", KIMI, "-t", str(site_059))
     assert code == 0 and states(site_059)[KIMI] == "not applied"
-    assert api.log(site_059)[1] == []
+    assert api.log(site_059).entries == []
 
 
 @pytest.mark.parametrize("option", ["--only", "--skip"])
@@ -103,7 +104,7 @@ def test_unknown_ids_are_refused_with_the_known_ones(
     code, _, err = invoke(runner, "apply", option, f"{KIMI},kimi-k2.5", "-t", str(site_059))
     assert code == ExitCode.USAGE and err.count("\n") == 1
     assert "no patch called kimi-k2.5" in err and all(i in err for i in ALL)
-    assert snapshot(site_059) == before and api.log(site_059)[1] == []
+    assert snapshot(site_059) == before and api.log(site_059).entries == []
 
 
 def test_interactive_does_not_mix_with_only(runner: CliRunner, site_059: Path) -> None:

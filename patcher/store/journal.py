@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sglpatch.errors import LedgerError, RefusedError
+from sglpatch.reading import read_regular
 from sglpatch.store import fsio
 from sglpatch.store.fsio import sha256
 from sglpatch.store.ledger import Record
@@ -103,7 +104,7 @@ def pending(record: Record) -> str | None:
     if not path.exists():
         return None
     try:
-        return str(json.loads(fsio.read_regular(path))["action"])
+        return str(json.loads(read_regular(path))["action"])
     except (OSError, ValueError, KeyError, TypeError):
         return "unknown"
 
@@ -114,7 +115,7 @@ def load(record: Record) -> Change | None:
     if not path.exists():
         return None
     try:
-        return Change.from_json(fsio.read_regular(path))
+        return Change.from_json(read_regular(path))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise LedgerError(f"the journal {path} is unreadable ({error})") from None
 

@@ -1,0 +1,86 @@
+"""`doctor`: will the target run on capability-12 GPUs, with EAGLE-3 on a model? From its source."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from sglpatch import catalogue
+from sglpatch.errors import UsageError
+from sglpatch.reading import read_regular
+from sglpatch.reports import DoctorReport
+from sglpatch.target import find_target, parse_release
+
+
+def diagnose(
+    target_path: Path | None,
+    model: str | None = None,
+    catalog: Path | None = None,
+    *,
+    model_path: Path | None = None,
+    strict: bool = False,
+    progress: Callable[[str], None] | None = None,
+    version: str | None = None,
+) -> DoctorReport:
+    """Will the target run on capability-12 GPUs (with EAGLE-3 on `model`)? From its own source.
+
+    `model` is an architecture name (`KimiK25ForConditionalGeneration`) or a models module's
+    stem (`kimi_k25`); `model_path` is a checkpoint folder whose config.json names it. A release
+    that cannot be read is a usage error unless `version` gives it: which patches the tree
+    needs depends on it, so "ready" could not be known.
+    """
+    target = find_target(target_path, parse_release(version) if version else None)
+    if model_path is not None:
+        if model is not None:
+            raise UsageError("give --model or --model-path, not both")
+        model = _architecture(model_path)
+    from sglpatch import warmup
+    from sglpatch.doctor import verdict  # its scanners load only for this command
+
+    if target.release is not None:  # always, found or given
+        warmup.submit(target.package_dir, target.release, catalog)
+    try:
+        result = verdict.diagnose(
+            target.package_dir,
+            target.release,
+            catalogue.load(catalog),
+            model,
+            strict=strict,
+            progress=progress,
+        )
+    finally:
+        warmup.stop()  # answered, not needed, or the diagnosis failed: it ends here
+    return DoctorReport(target, result)
+
+
+def _architecture(model_path: Path) -> str:
+    """The first architecture a checkpoint's config.json names, as SGLang picks its class."""
+    import json
+
+    from sglpatch.doctor.census import is_model_name, shown_name
+
+    config = model_path / "config.json"
+    limit = 64 << 20  # bytes: a checkpoint's config.json is a few KB; never a FIFO's wait
+    try:
+        data = json.loads(read_regular(config, limit).decode("utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--model-path {model_path}: no config.json there") from None
+    except OSError as error:
+        why = error.strerror or str(error)
+        raise UsageError(f"--model-path {model_path}: cannot read config.json: {why}") from None
+    except RecursionError:
+        raise UsageError(
+            f"--model-path {model_path}: cannot read config.json: nested too deeply"
+        ) from None
+    except ValueError as error:  # not UTF-8, not JSON
+        why = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+        raise UsageError(f"--model-path {model_path}: cannot read config.json: {why}") from None
+    names = data.get("architectures") if isinstance(data, dict) else None
+    if not isinstance(names, list) or not names or not isinstance(names[0], str):
+        raise UsageError(f"--model-path {model_path}: config.json names no architectures")
+    if not is_model_name(names[0]):
+        raise UsageError(
+            f"--model-path {model_path}: config.json's architecture "
+            f"{shown_name(names[0])} is not a class name"
+        )
+    return names[0]

@@ -1,0 +1,116 @@
+"""`revert`: every file sglpatch changed gets its recorded original bytes back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sglpatch.api.common import commit_message, elsewhere_note, read_or_none, record_of
+from sglpatch.errors import LedgerError, RefusedError
+from sglpatch.reports import RevertReport
+from sglpatch.store import Record, State, journal, sha256
+from sglpatch.target import Target, find_target
+
+
+def revert(
+    target_path: Path | None, ledger_dir: Path | None = None, *, force: bool = False
+) -> RevertReport:
+    """Put back the recorded original bytes of every file sglpatch changed.
+
+    A file whose bytes are neither what sglpatch wrote nor the original was edited (or replaced
+    by an upgrade) since: refuse and name it, unless `force`, which first keeps those bytes in
+    the ledger.
+    """
+    target = find_target(target_path, None, required=False)
+    record = record_of(target, ledger_dir)
+    record.repository.require_git()
+    with record.locked():
+        finished = journal.finish_interrupted(record, target, or_undo=True)
+        done = finished.action if finished else None
+        state = record.state()
+        if not state.files:
+            _refuse_foreign(record)
+            return RevertReport(target, record.directory, (), (), (), None, done)
+        writes: list[journal.Write] = []
+        untouched: list[str] = []
+        edited: dict[str, bytes] = {}
+        replaced: list[str] = []  # no longer regular files: never written over, even forced
+        for path, file in sorted(state.files.items()):
+            location = record.locate(path)
+            digest = journal.current(location)
+            now = read_or_none(location) if digest else None
+            original = record.stored("original", path)
+            if sha256(original) != file.original:
+                raise LedgerError(
+                    f"the recorded original of {path} is damaged", str(record.directory)
+                )
+            if digest == file.original:
+                untouched.append(path)
+                continue
+            if digest == "":
+                replaced.append(path)
+                continue
+            if digest is None and not force:
+                raise RefusedError(f"{path} is missing; revert --force recreates it")
+            if now is not None and digest != file.patched:
+                edited[path] = now
+            writes.append(journal.Write(path, digest, original, now))
+        if (edited or replaced) and not force:
+            raise RefusedError(_edited_message(target, state, sorted(edited), replaced))
+        kept = {path: state.files[path] for path in replaced}
+        change = journal.Change(
+            "revert",
+            commit_message("revert", target, target.release, state.patches),
+            State(
+                state.release,
+                sorted({p for f in kept.values() for p in f.patches}),
+                kept,
+                extra=state.extra,
+            ),
+            {f"edited/{path}": data for path, data in edited.items()},
+            tuple(writes),
+            previous=state,
+        )
+        commit = journal.carry_out(record, target, change)
+        return RevertReport(
+            target,
+            record.directory,
+            tuple(w.path for w in writes),
+            tuple(untouched),
+            tuple(sorted(edited)),
+            commit,
+            done,
+            tuple(replaced),
+        )
+
+
+def _refuse_foreign(record: Record) -> None:
+    """Nothing recorded here: "nothing to revert" would be wrong if another record patched it."""
+    foreign = record.ledger.foreign(record)
+    if foreign:
+        folder, owner = next(iter(foreign.values()))
+        raise RefusedError(
+            f"{', '.join(sorted(foreign))} hold bytes sglpatch wrote, "
+            f"{elsewhere_note(folder, owner)}"
+            f"; this ledger has no record of them. Run revert with --ledger "
+            f"{folder.parent.parent} --target {owner}, or move the tree back"
+        )
+
+
+def _edited_message(target: Target, state: State, edited: list[str], replaced: list[str]) -> str:
+    if replaced:
+        gone = ", ".join(replaced)
+        also = f"; {', '.join(edited)} changed since sglpatch patched it" if edited else ""
+        return (
+            f"{gone} is no longer a regular file{also}; nothing was reverted. revert --force "
+            "restores the rest and leaves it (its original bytes stay in the ledger)"
+        )
+    if target.release is not None and state.release not in (None, str(target.release)):
+        return (
+            f"the target is now SGLang {target.release} but the ledger's patches were applied to "
+            f"{state.release}; reverting would write {state.release} files over it "
+            f"({', '.join(edited)}). Nothing changed; revert --force does it anyway"
+        )
+    return (
+        f"{', '.join(edited)} changed since sglpatch patched it; nothing was reverted. "
+        "revert --force keeps the edited bytes in the ledger, then restores the original"
+    )

@@ -1,0 +1,26 @@
+"""The `sglpatch` command: parse, call `sglpatch.api`, print, exit with a documented code.
+
+One module per command (`apply`, `revert`, `status` with `log`, `catalogue` for `list` and
+`export`, `doctor`), each adding itself to the Typer `app`; shared options in `options`, rows,
+colour and diffs in `output`, and the one error handler in `errors`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from sglpatch.cli import apply, catalogue, doctor, revert, status  # noqa: F401 - they register
+from sglpatch.cli.app import app, app_commands
+from sglpatch.cli.errors import say_error
+from sglpatch.errors import ExitCode, forget_interrupt
+
+__all__ = ["app", "app_commands", "main"]
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:  # before or after a command's own handler (typer building it)
+        say_error("interrupted")
+        forget_interrupt()
+        sys.exit(ExitCode.INTERRUPTED)

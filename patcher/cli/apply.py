@@ -1,0 +1,191 @@
+"""`sglpatch apply`: show the diff, or apply the patches, all or nothing."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from sglpatch import api, as_json
+from sglpatch.cli.app import app
+from sglpatch.cli.errors import changed, handled
+from sglpatch.cli.options import (
+    CatalogOption,
+    ForceApply,
+    IdsOption,
+    JsonOption,
+    LedgerOption,
+    TargetOption,
+    VersionOption,
+    split_ids,
+)
+from sglpatch.cli.output import (
+    colour,
+    coloured_diff,
+    describe,
+    emit,
+    fail_on,
+    patch_row,
+    say_found,
+    suggest,
+)
+from sglpatch.errors import ExitCode, RefusedError, UsageError
+from sglpatch.usage import examples
+
+
+@app.command(
+    epilog=examples(
+        "sglpatch apply --dry-run > sm120.diff      # see the diff; write nothing",
+        "sglpatch apply --target ~/venvs/sglang --skip kimi-k25-eagle3-interface",
+    )
+)
+@handled
+def apply(
+    version: VersionOption = None,
+    target: TargetOption = None,
+    ledger: LedgerOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the diff; write nothing.")
+    ] = False,
+    interactive: Annotated[
+        bool,
+        typer.Option(
+            "--interactive", "-i", help="Show each patch's reason and diff; ask y/n/q for each."
+        ),
+    ] = False,
+    force: ForceApply = False,
+    only_ids: Annotated[
+        IdsOption,
+        typer.Option(
+            "--only",
+            metavar="ID[,ID]",
+            help="Apply only these patches; the others are recorded as skipped.",
+            show_default=False,
+        ),
+    ] = None,
+    skip_ids: Annotated[
+        IdsOption,
+        typer.Option(
+            "--skip",
+            metavar="ID[,ID]",
+            help="Leave these patches out, and record that (status shows them as skipped).",
+            show_default=False,
+        ),
+    ] = None,
+    catalog: CatalogOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Apply the patches tested for the target's release, all or nothing."""
+    only: list[str] | None = split_ids(only_ids) if only_ids is not None else None
+    skip = split_ids(skip_ids)
+    if interactive:
+        if only is not None or skip:
+            raise UsageError("--interactive asks about each patch itself; drop --only/--skip")
+        previews = api.preview(target, version, ledger, force=force, catalog=catalog)
+        only = _choose(previews, err=json_out)  # --json: stdout is the JSON object alone
+        if not only:
+            typer.echo("No patch chosen; nothing was written.", err=json_out)
+            if json_out:
+                emit(as_json.apply(api.apply(target, version, ledger, dry_run=True, only=()), True))
+            return
+    report = api.apply(
+        target,
+        version,
+        ledger,
+        dry_run=dry_run,
+        force=force,
+        catalog=catalog,
+        only=only,
+        skip=skip,
+        record_skipped=not interactive,
+    )
+    if report.written:
+        changed.append(True)
+    if json_out:
+        emit(as_json.apply(report, dry_run))
+        if report.failures:
+            raise typer.Exit(ExitCode.TARGET)
+        return
+    err = dry_run  # a dry run's stdout is the diff alone, so it can be saved as a patch file
+    if report.finished:
+        typer.echo(f"Finished an interrupted {report.finished} first.", err=True)
+    found = report.target
+    how = f"; found by {found.found_by}" if found.found_by else ""
+    typer.echo(f"SGLang {found.release} at {found.root} ({found.layout.value}{how})", err=err)
+    say_found(found)
+    if report.untested:
+        typer.echo(f"  --force: running untested patches {', '.join(report.untested)}", err=True)
+    for outcome in report.outcomes:
+        # a dry run applies nothing: its summary says what would happen
+        state = "would apply" if dry_run and outcome.state == "applied" else outcome.state
+        patch_row(state, outcome.patch_id, describe(outcome), err=err)
+    fail_on(report.failures)
+    if dry_run:
+        if report.diff:
+            typer.echo(coloured_diff(report.diff), nl=False, color=colour())
+        typer.echo(
+            f"Dry run: {len(report.changed)} file(s) would change; nothing was written. "
+            "Apply: "
+            + suggest(
+                "apply",
+                target=target,
+                ledger=ledger,
+                version=version,
+                force=force,
+                only=only,
+                skip=skip,
+                catalog=catalog,
+            ),
+            err=True,
+        )
+    elif report.written and report.changed:
+        commit = report.commit[:10] if report.commit else "?"
+        typer.echo(
+            f"Patched {len(report.changed)} file(s); recorded in {report.ledger} "
+            f"(commit {commit}). Undo: {suggest('revert', target=target, ledger=ledger)}"
+        )
+    elif report.written:
+        typer.echo(f"No file changed; recorded the patches left out as skipped in {report.ledger}.")
+    else:
+        typer.echo("Nothing to do: every patch for this release is in place or not needed.")
+
+
+def _choose(previews: list[api.Preview], err: bool = False) -> list[str]:
+    """Ask about each patch that would change something, like `git add -p`: y, n or q.
+
+    `err` sends the diffs to stderr too (the prompts always go there). Ctrl-C or the end of
+    input aborts the whole apply: nothing chosen so far is written.
+    """
+    chosen: list[str] = []
+    for preview in previews:
+        if preview.outcome.state != "applied":
+            patch_row(preview.outcome.state, preview.id, describe(preview.outcome), err=err)
+            continue
+        typer.echo(f"\n{preview.id}: {preview.description}", err=err)
+        typer.echo(coloured_diff(preview.diff), nl=False, color=colour() and not err, err=err)
+        answer = _ask(f"Apply {preview.id} [y,n,q,?]")
+        while answer not in ("y", "n", "q"):
+            typer.echo(
+                "y: apply this patch; n: skip it; q: quit, applying what was chosen", err=True
+            )
+            answer = _ask(f"Apply {preview.id} [y,n,q,?]")
+        if answer == "q":
+            break
+        if answer == "y":
+            chosen.append(preview.id)
+    return chosen
+
+
+def _ask(question: str) -> str:
+    """One answer from stdin; the question goes to stderr (typer.prompt echoes to stdout).
+
+    Ctrl-C raises KeyboardInterrupt (exit 130); the end of input is a refusal (exit 1). Neither
+    applies the answers given so far: only y, n and q are answers.
+    """
+    typer.echo(f"{question}: ", nl=False, err=True)
+    line = sys.stdin.readline()
+    if not line:
+        typer.echo("", err=True)
+        raise RefusedError("the input ended before every patch had an answer; nothing was written")
+    return line.strip()

@@ -1,0 +1,141 @@
+"""`sglpatch doctor`: will this SGLang run on capability-12 GPUs, with EAGLE-3 on a model?"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from sglpatch import api, as_json
+from sglpatch.cli.app import app
+from sglpatch.cli.errors import handled
+from sglpatch.cli.options import CatalogOption, JsonOption, TargetOption, VersionOption
+from sglpatch.cli.output import emit
+from sglpatch.errors import ExitCode
+from sglpatch.usage import examples
+
+
+@app.command(
+    epilog=examples(
+        "sglpatch doctor",
+        "sglpatch doctor --model kimi_k25 --json",
+    )
+)
+@handled
+def doctor(
+    target: TargetOption = None,
+    model: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--model",
+            "-m",
+            help="The model to run with EAGLE-3: its architecture from config.json "
+            "(KimiK25ForConditionalGeneration) or its models module (kimi_k25).",
+            show_default=False,
+        ),
+    ] = None,
+    model_path: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--model-path",
+            help="A checkpoint folder: its config.json names the architecture.",
+            show_default=False,
+        ),
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Count every suspect as a blocker.")
+    ] = False,
+    version: VersionOption = None,
+    catalog: CatalogOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Will this SGLang run on capability-12 GPUs, with EAGLE-3 on your model? Read from its source.
+
+    Exit 0 when ready, 5 when blockers remain (known breakage: a catalogue patch not applied yet,
+    or the model's missing EAGLE-3 methods) or a file could not be read or parsed (not judged).
+    Suspects (heuristic findings) block only with --strict. A release that cannot be read is
+    exit 2 unless --version gives it.
+    """
+    progress = _progress if _stderr_is_terminal() else None
+    report = api.diagnose(
+        target,
+        model,
+        catalog,
+        model_path=model_path,
+        strict=strict,
+        progress=progress,
+        version=version,
+    )
+    if progress is not None:
+        sys.stderr.write("\r\033[K")  # clear the progress line
+    if json_out:
+        emit(as_json.doctor(report))
+    else:
+        _print_diagnosis(report)
+    if not report.diagnosis.ready:
+        raise typer.Exit(ExitCode.GAPS)
+
+
+def _stderr_is_terminal() -> bool:
+    return sys.stderr is not None and sys.stderr.isatty()  # None: started with stderr closed
+
+
+def _progress(stage: str) -> None:
+    """One overwritten status line on a terminal's stderr; nothing when stderr is not one."""
+    sys.stderr.write(f"\r\033[Kdoctor: {stage}...")
+    sys.stderr.flush()
+
+
+def _print_diagnosis(report: api.DoctorReport) -> None:
+    found = report.diagnosis
+    typer.echo(found.verdict)
+    typer.echo(f"  target: {report.target.root}")
+    if found.blockers:
+        typer.echo("\nBlockers:")
+        for blocker in found.blockers:
+            fix = f"fixed by `sglpatch apply` ({blocker.fixed_by})" if blocker.fixed_by else ""
+            fix = fix or f"no patch yet ({blocker.source})"
+            note = f"; {blocker.note}" if blocker.note else ""
+            typer.echo(f"  - {blocker.what}\n      {fix}{note}")
+    unread = [f for f, _ in found.not_judged if f.startswith("sglang/srt/models/")]
+    if found.model is not None:
+        model = found.model
+        state = f"lacks {', '.join(model.missing)}" if model.missing else "has them all"
+        typer.echo(f"\nEAGLE-3 on {model.name} ({model.module}): {state}")
+    elif found.asked is not None and unread:
+        typer.echo(f"\nEAGLE-3 on {found.asked}: not judged ({', '.join(unread)} not read)")
+    else:
+        lacking = found.lacking
+        typer.echo(
+            f"\nEAGLE-3: {len(lacking)} of {len(found.models)} generation models lack some of "
+            f"{', '.join(found.required) or '(nothing required)'}; {len(found.excluded)} other "
+            "registered classes are no EAGLE-3 target. Pass --model to check yours."
+        )
+    suspects = found.suspects
+    files = len({s.finding.file for s in suspects})
+    covered = sum(1 for s in suspects if s.covered_by)
+    label = "blockers under --strict" if found.strict else "heuristic, not blockers"
+    typer.echo(
+        f"\nSuspects ({label}): {len(suspects)} capability gates in {files} files"
+        + (f", {covered} covered by a pending patch" if covered else "")
+    )
+    for suspect in suspects:
+        f = suspect.finding
+        cover = f"  [covered by {suspect.covered_by}]" if suspect.covered_by else ""
+        typer.echo(f"  {f.file}:{f.line}: {f.code}{cover}")
+        if f.kind == "shares":
+            typer.echo(f"      shares: 12 gets {f.gets}, as 10 does")
+        else:
+            typer.echo(f"      {f.kind}: 12 gets {f.gets}; 10 gets {f.like}")
+    if found.refusals:
+        typer.echo(
+            f"\nNot listed: {len(found.refusals)} places that refuse capability 12 with an error "
+            "by design (--json lists them)."
+        )
+    if found.not_judged:
+        count = len(found.not_judged)
+        typer.echo(f"\nNot judged (could not be read or parsed): {count} file{'s' * (count > 1)}")
+        for file, why in found.not_judged:
+            typer.echo(f"  {file}: {why}")

@@ -1,0 +1,208 @@
+"""The one handler that turns what a command raised into one line on stderr and an exit code."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn, TypeVar
+
+import typer
+
+from sglpatch import __version__
+from sglpatch.errors import ExitCode, SglpatchError, UsageError, forget_interrupt, raised
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def handled(command: F) -> F:
+    """Turn sglpatch's errors into one line on stderr and their exit code; never a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: object, **kwargs: object) -> None:
+        ledger = kwargs.get("ledger")
+        ledger = ledger if isinstance(ledger, Path) else None
+        if sys.stdout is None:  # started with stdout closed: what it would say goes nowhere
+            sys.stdout = Path(os.devnull).open("w")  # noqa: SIM115 - lives as long as the process
+        changed.clear()
+        try:
+            _refuse_undecodable(command, kwargs)
+            command(*args, **kwargs)
+        except SglpatchError as error:
+            message = error.message
+            if error.details:  # e.g. a plugin's traceback: kept, not shown
+                message += f" (details in {write_crash_log(ledger, error.details)})"
+            say_error(message)
+            # an error never exits 0, whatever a subclass (a plugin's own?) declares
+            raise typer.Exit(error.exit_code or ExitCode.BUG) from None
+        except KeyboardInterrupt:
+            exit_interrupted()
+        except typer.Exit:
+            raise
+        except BaseException as error:  # SystemExit too: no command ends by sys.exit
+            if _interrupted(error):  # e.g. Ctrl-C in the middle of importing libcst
+                exit_interrupted()
+            if isinstance(error, BrokenPipeError) and _stdout_closed():
+                # `sglpatch ... | head`: the reader left; say nothing more
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                raise typer.Exit(ExitCode.OK if changed else ExitCode.BROKEN_PIPE) from None
+            if _unwritable_stdout(error):  # full or failing: what was done is done
+                raise typer.Exit(ExitCode.OK if changed else ExitCode.BROKEN_PIPE) from None
+            # a bug in sglpatch (a BrokenPipeError from a pipe to git, too): keep the details,
+            # show one line
+            log = write_crash_log(ledger)
+            say_error(f"internal error: {raised(error)} (details in {log})")
+            raise typer.Exit(ExitCode.BUG) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def exit_interrupted() -> NoReturn:
+    say_error("interrupted")
+    forget_interrupt()
+    raise typer.Exit(ExitCode.INTERRUPTED) from None
+
+
+# Set by a command once its change is on disk: output that fails after that is no failure.
+changed: list[bool] = []
+
+
+def _interrupted(error: BaseException) -> bool:
+    """Whether `error` was raised while a KeyboardInterrupt was being handled."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__context__
+    return False
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout's reader went away: fd 1 polls as an error (a pipe) or a hang-up (a socket).
+
+    A BrokenPipeError can come from any pipe (one to git); only a closed stdout means 141.
+    """
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's buffer): cannot close
+        return False
+    if not hasattr(select, "poll"):  # no poll (Windows): what a broken pipe meant before
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    try:
+        events = poller.poll(0)
+    except OSError:
+        return True
+    gone = select.POLLERR | select.POLLHUP | select.POLLNVAL
+    return any(mask & gone for _, mask in events)
+
+
+def _refuse_undecodable(command: Callable[..., None], given: dict[str, object]) -> None:
+    """An option's text holding bytes that are not UTF-8 is a usage error, naming the option.
+
+    Python keeps such bytes of the command line as lone surrogates, which no later step (a
+    search of the source, a message) can encode. Paths (`Path` values and `--output`) are left
+    alone: a file name needs no encoding.
+    """
+    for name, value in given.items():
+        if name in _PATH_TEXT:
+            continue
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str) and _SURROGATES.search(text):
+                shown = text.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+                raise UsageError(f"{_flag(command, name)} '{shown}' is not UTF-8 text")
+
+
+_PATH_TEXT = ("output",)  # a str option naming a file
+
+
+_SURROGATES = re.compile("[\udc80-\udcff]")
+
+
+def _flag(command: Callable[..., None], name: str) -> str:
+    """The option (e.g. `--only`) that fills the parameter `name` of `command`."""
+    import typing
+
+    try:
+        hint = typing.get_type_hints(command, include_extras=True)[name]
+    except Exception:  # an annotation that does not resolve: the usual spelling
+        hint = None
+    for extra in getattr(hint, "__metadata__", ()):
+        # typer.Option("--only", ...) keeps the first name as its default in an Annotated hint
+        names = [getattr(extra, "default", None), *(getattr(extra, "param_decls", None) or ())]
+        declared = [n for n in names if isinstance(n, str) and n.startswith("--")]
+        if declared:
+            return declared[0]
+    return "--" + name.replace("_", "-")
+
+
+def _unwritable_stdout(error: BaseException) -> bool:
+    """An OSError raised by echo writing to stdout (a full disk, a closed descriptor)."""
+    if not isinstance(error, OSError) or error.errno not in _OUTPUT_ERRNOS:
+        return False
+    frame = error.__traceback__
+    while frame is not None:
+        code = frame.tb_frame.f_code
+        if code.co_name == "echo" and "click" in code.co_filename:
+            return frame.tb_frame.f_locals.get("err") is not True
+        frame = frame.tb_next
+    return False
+
+
+_OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EBADF)
+
+
+def say_error(message: str) -> None:
+    typer.echo(f"sglpatch: error: {_printable(message)}", err=True)
+
+
+def _printable(text: str) -> str:
+    """`text` with the bytes Python could not decode (lone surrogates) shown as `\\xff`."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no byte stands for
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def write_crash_log(ledger: Path | None, details: str | None = None) -> str:
+    """Append the traceback to `sglpatch-crash.log` in the ledger in use (--ledger or default).
+
+    Never raises: it runs while an error is being reported, which must stay one line.
+    """
+    import traceback
+
+    try:
+        text = details or traceback.format_exc()
+    except Exception:
+        text = "(the traceback could not be formatted)"
+    for folder in _crash_log_folders(ledger):
+        path = folder / "sglpatch-crash.log"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            # argv holds undecodable bytes as lone surrogates, a traceback may too
+            with path.open("a", encoding="utf-8", errors="backslashreplace") as handle:
+                handle.write(f"sglpatch {__version__}: {' '.join(sys.argv)}\n{text}\n")
+            return str(path)
+        except Exception:  # unwritable, not a folder, a path the system refuses: the next one
+            continue
+    return "nowhere: no writable folder"
+
+
+def _crash_log_folders(ledger: Path | None) -> list[Path]:
+    folders = []
+    try:
+        from sglpatch.store import default_directory
+
+        folders.append(ledger.absolute() if ledger else default_directory())
+    except Exception:  # e.g. no home folder to find the default ledger in
+        pass
+    folders.append(Path(os.environ.get("TMPDIR") or "/tmp"))
+    return folders

@@ -1,0 +1,103 @@
+"""`sglpatch status` (and `--check`, the entrypoint guard) and `sglpatch log`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sglpatch import api, as_json
+from sglpatch.cli.app import app
+from sglpatch.cli.errors import handled, say_error
+from sglpatch.cli.options import CatalogOption, JsonOption, LedgerOption, TargetOption
+from sglpatch.cli.output import emit, patch_row, say_found, suggest
+from sglpatch.errors import ExitCode
+from sglpatch.usage import examples
+
+
+@app.command(
+    epilog=examples(
+        "sglpatch status",
+        "sglpatch status --check || exit 1    # in a container entrypoint or a CI job",
+    )
+)
+@handled
+def status(
+    target: TargetOption = None,
+    ledger: LedgerOption = None,
+    catalog: CatalogOption = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Print one line; exit 1 if a patch meant for the target's release is not in "
+            "place (after a reinstall or an upgrade), 0 if all are. Skipped patches do not count.",
+        ),
+    ] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Show the target, its release, the ledger, and each patch's state."""
+    if check:
+        _check(target, ledger, catalog, json_out)
+        return
+    report = api.status(target, ledger, catalog)
+    if json_out:
+        emit(as_json.status(report))
+        return
+    found = report.target
+    source = f" (from {found.release_source})" if found.release_source else ""
+    typer.echo(f"target:  {found.root} ({found.layout.value})")
+    if found.found_by:
+        also = f"; also found {', '.join(found.also_found)}" if found.also_found else ""
+        typer.echo(f"found:   by {found.found_by}{also}")
+    typer.echo(f"release: {found.release or 'unknown'}{source}")
+    typer.echo(f"ledger:  {report.ledger}")
+    if report.interrupted:
+        again = suggest("apply", target=target, ledger=ledger)
+        typer.echo(
+            f"pending: an interrupted {report.interrupted}; the next apply or revert finishes "
+            f"it (e.g. {again})"
+        )
+    for row in report.patches:
+        patch_row(row.state, row.id, " - ".join(x for x in (row.file, row.note) if x))
+
+
+def _check(target: Path | None, ledger: Path | None, catalog: Path | None, json_out: bool) -> None:
+    report = api.check(target, ledger, catalog)
+    if json_out:
+        emit(as_json.check(report))
+    found = report.target
+    skipped = f"; skipped by choice: {', '.join(report.skipped)}" if report.skipped else ""
+    if report.ok and not json_out:
+        typer.echo(
+            f"ok: {len(report.in_place)} patch(es) in place on SGLang {found.release} at "
+            f"{found.root}{skipped}"
+        )
+    elif not report.ok:
+        missing = ", ".join(
+            f"{m.id} ({m.note})" if m.note != "not applied" else m.id for m in report.missing
+        )
+        say_error(
+            f"not in place on SGLang {found.release} at {found.root}: {missing}{skipped}; "
+            f"run {suggest('apply', target=target, ledger=ledger, catalog=catalog)}"
+        )
+        raise typer.Exit(ExitCode.NOT_IN_PLACE)
+
+
+@app.command(epilog=examples("sglpatch log", "sglpatch log --json --target ~/venvs/sglang"))
+@handled
+def log(
+    target: TargetOption = None, ledger: LedgerOption = None, json_out: JsonOption = False
+) -> None:
+    """Show the ledger's history for the target, newest first."""
+    report = api.log(target, ledger)
+    if json_out:
+        emit(as_json.log(report))
+        return
+    say_found(report.target)
+    if not report.entries:
+        typer.echo(f"No history for {report.target.root} in {report.store}.")
+        return
+    for entry in report.entries:
+        typer.echo(f"{entry.commit[:10]}  {entry.date}  {entry.summary}")
