@@ -146,6 +146,8 @@ def doctor(report: api.DoctorReport) -> JSON:
         },
         "suspects": [{**_finding(s.finding), "covered_by": s.covered_by} for s in found.suspects],
         "refusals": [_finding(f) for f in found.refusals],
+        "not_judged": [{"file": file, "why": why} for file, why in found.not_judged],
+        "kernels": None if report.kernels is None else [k.to_json() for k in report.kernels],
     }
 
 

@@ -13,6 +13,7 @@ from sglpatch.results import Failed, Outcome
 from sglpatch.target import Target
 
 if TYPE_CHECKING:
+    from sglpatch.doctor.kernels import KernelFinding
     from sglpatch.doctor.verdict import Diagnosis
     from sglpatch.store.state import Entry
 
@@ -98,7 +99,9 @@ class CatalogueRow(NamedTuple):
 
 class DoctorReport(NamedTuple):
     target: Target
-    diagnosis: Diagnosis
+    diagnosis: Diagnosis  # its blockers include the kernel packages' (source: the kernels)
+    # The compiled packages beside SGLang (None: not judged, the target is a checkout).
+    kernels: tuple[KernelFinding, ...] | None = None
 
 
 class ExportReport(NamedTuple):

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sglpatch import catalogue
 from sglpatch.errors import UsageError
 from sglpatch.reading import read_regular
 from sglpatch.reports import DoctorReport
-from sglpatch.target import find_target, parse_release
+from sglpatch.target import Layout, find_target, parse_release
+
+if TYPE_CHECKING:
+    from sglpatch.doctor.kernels import KernelFinding
+    from sglpatch.doctor.verdict import Blocker
 
 
 def diagnose(
@@ -50,7 +55,32 @@ def diagnose(
         )
     finally:
         warmup.stop()  # answered, not needed, or the diagnosis failed: it ends here
-    return DoctorReport(target, result)
+    if target.layout is not Layout.SITE_PACKAGES:
+        return DoctorReport(target, result, None)
+    from sglpatch.doctor import kernels
+
+    found = tuple(kernels.inspect(target.root, CAPABILITIES))
+    blockers = tuple(_kernel_blocker(f) for f in found if any(map(f.blocks, CAPABILITIES)))
+    return DoctorReport(target, result._replace(blockers=result.blockers + blockers), found)
+
+
+# Both capability-12 parts: 12.0 (RTX PRO 6000, RTX 5090) and 12.1 (GB10, DGX Spark).
+CAPABILITIES = ("12.0", "12.1")
+# The source of a blocker in a compiled package beside SGLang: no patch of sglpatch's fixes it.
+KERNELS = "the installed kernels"
+
+
+def _kernel_blocker(finding: KernelFinding) -> Blocker:
+    from sglpatch.doctor.verdict import Blocker
+
+    failing = [cap for cap in CAPABILITIES if finding.blocks(cap)]
+    return Blocker(
+        f"{finding.package} {finding.version} does not run on {' and '.join(failing)}: "
+        f"{finding.why}",
+        KERNELS,
+        None,
+        finding.fix,
+    )
 
 
 def _architecture(model_path: Path) -> str:

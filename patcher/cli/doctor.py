@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from sglpatch import api, as_json
+from sglpatch.api.doctor import CAPABILITIES, KERNELS
 from sglpatch.cli.app import app
 from sglpatch.cli.errors import handled
 from sglpatch.cli.options import CatalogOption, JsonOption, TargetOption, VersionOption
@@ -98,6 +99,8 @@ def _print_diagnosis(report: api.DoctorReport) -> None:
             fix = f"fixed by `sglpatch apply` ({blocker.fixed_by})" if blocker.fixed_by else ""
             fix = fix or f"no patch yet ({blocker.source})"
             note = f"; {blocker.note}" if blocker.note else ""
+            if blocker.source == KERNELS:  # a compiled package: its fix is another build
+                fix, note = "`sglpatch apply` cannot fix it", f"; fix: {blocker.note}"
             typer.echo(f"  - {blocker.what}\n      {fix}{note}")
     unread = [f for f, _ in found.not_judged if f.startswith("sglang/srt/models/")]
     if found.model is not None:
@@ -134,8 +137,29 @@ def _print_diagnosis(report: api.DoctorReport) -> None:
             f"\nNot listed: {len(found.refusals)} places that refuse capability 12 with an error "
             "by design (--json lists them)."
         )
+    _print_kernels(report)
     if found.not_judged:
         count = len(found.not_judged)
         typer.echo(f"\nNot judged (could not be read or parsed): {count} file{'s' * (count > 1)}")
         for file, why in found.not_judged:
             typer.echo(f"  {file}: {why}")
+
+
+def _print_kernels(report: api.DoctorReport) -> None:
+    """The compiled packages beside SGLang: those installed in a few lines each, the rest named."""
+    if report.kernels is None:
+        typer.echo(
+            "\nKernels: not judged (a checkout: run doctor with --target set to the "
+            "site-packages of the environment that runs it)"
+        )
+        return
+    from sglpatch.doctor import kernels
+
+    installed = [k for k in report.kernels if k.version is not None]
+    absent = [k.package for k in report.kernels if k.version is None]
+    if installed:
+        typer.echo("")
+        for line in kernels.render(installed, CAPABILITIES):
+            typer.echo(line)
+    if absent:
+        typer.echo(f"\nKernels not installed beside this SGLang (not judged): {', '.join(absent)}")

@@ -1,0 +1,125 @@
+"""The compilers a kernel package runs at run time: Triton's `ptxas`, FlashInfer's `nvcc`.
+
+Each is asked only `--version` and `--help` (no input, no files written), with a time limit,
+so a stand-in script or a broken binary costs at most that limit and never hangs doctor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import stat
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+_TIMEOUT_S = 10.0
+_RELEASE = re.compile(r"release (\d+)\.(\d+)")
+_ALLOWED = re.compile(r"Allowed values for this option:(.*?)(?:\n\s*\n|\n--|\Z)", re.S)
+
+# First CUDA release whose ptxas/nvcc accepts each arch-specific target, for a tool whose
+# `--help` lists no values: sm_120a came with CUDA 12.8, sm_121a with 12.9 (CUDA 12.8 and
+# 12.9 release notes; checked: ptxas 12.8.93 lists sm_120a and no sm_121*, 12.9.86 both).
+FIRST_RELEASE = {"sm_120a": (12, 8), "sm_121a": (12, 9), "sm_120f": (12, 9), "sm_121f": (12, 9)}
+
+
+class Tool(NamedTuple):
+    """One compiler as found: where, which release, and the targets it names."""
+
+    path: Path
+    release: tuple[int, int] | None
+    targets: frozenset[str]  # from --help; empty when the tool lists none
+    problem: str  # "" when it answered
+
+    @property
+    def release_text(self) -> str:
+        return f"{self.release[0]}.{self.release[1]}" if self.release else "unknown"
+
+    def knows(self, target: str) -> bool | None:
+        """Whether it can compile for `target` (`sm_121a`); None when that cannot be told."""
+        if self.problem:
+            return None
+        if self.targets:
+            return target in self.targets
+        first = FIRST_RELEASE.get(target)
+        if first is None or self.release is None:
+            return None
+        return self.release >= first
+
+
+def probe(path: Path, environ: Mapping[str, str]) -> Tool:
+    """Run `path --version` and `path --help`; a tool that cannot run says why."""
+    try:
+        st = path.stat()
+    except OSError:
+        return Tool(path, None, frozenset(), "not found")
+    if not stat.S_ISREG(st.st_mode) or not os.access(path, os.X_OK):
+        return Tool(path, None, frozenset(), "not an executable file")
+    version, problem = _run(path, "--version", environ)
+    if problem:
+        return Tool(path, None, frozenset(), problem)
+    found = _RELEASE.search(version)
+    release = (int(found.group(1)), int(found.group(2))) if found else None
+    helptext, _ = _run(path, "--help", environ)
+    allowed = _ALLOWED.search(helptext)
+    targets = frozenset(re.findall(r"'([a-z]+_\d+[a-z]?)'", allowed.group(1))) if allowed else None
+    if release is None and not targets:
+        return Tool(path, None, frozenset(), "its --version names no CUDA release")
+    return Tool(path, release, targets or frozenset(), "")
+
+
+def _run(path: Path, flag: str, environ: Mapping[str, str]) -> tuple[str, str]:
+    try:
+        # Its own session, so a stand-in script's children die with it on a timeout.
+        proc = subprocess.Popen(
+            [str(path), flag],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(environ),
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return "", f"cannot run: {exc.strerror or exc}"
+    try:
+        out, _ = proc.communicate(timeout=_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return "", f"`{path.name} {flag}` ran longer than {_TIMEOUT_S:g} s"
+    text = out.decode("utf-8", "replace")
+    if proc.returncode != 0 and flag == "--version":
+        return text, f"`{path.name} --version` exited {proc.returncode}"
+    return text, ""
+
+
+def which(name: str, environ: Mapping[str, str]) -> Path | None:
+    """`name` on the PATH of `environ`, as a shell would find it."""
+    for folder in environ.get("PATH", "").split(os.pathsep):
+        if folder:
+            candidate = Path(folder) / name
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return candidate
+    return None
+
+
+def flashinfer_nvcc(environ: Mapping[str, str]) -> tuple[Path | None, str]:
+    """The nvcc FlashInfer's JIT would run, and how it was chosen.
+
+    As flashinfer/jit/cpp_ext.py (0.6): $FLASHINFER_NVCC, else $CUDA_HOME or $CUDA_PATH
+    /bin/nvcc, else the nvcc on PATH, else /usr/local/cuda/bin/nvcc.
+    """
+    if environ.get("FLASHINFER_NVCC"):
+        return Path(environ["FLASHINFER_NVCC"]), "FLASHINFER_NVCC"
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if environ.get(var):
+            return Path(environ[var]) / "bin" / "nvcc", var
+    on_path = which("nvcc", environ)
+    if on_path is not None:
+        return on_path, "PATH"
+    default = Path("/usr/local/cuda/bin/nvcc")
+    return (default, "default") if default.exists() else (None, "")

@@ -1,0 +1,86 @@
+"""doctor with the kernel wheels beside SGLang: what cannot run on 12.x blocks, and apply cannot
+fix it (the kernels' own reader is tested in tests/test_kernels_*.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sglpatch import api
+from sglpatch.cli import app
+from sglpatch.errors import ExitCode
+from tests import wheels
+from tests.test_kernels_packages import NEW_TARGETS, env_with, site, stand_in
+
+pytestmark = pytest.mark.wheel
+__all__ = ["site"]  # the fixture: 0.5.9's kernel wheels in miniature
+
+
+@pytest.fixture
+def environment(site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The real SGLang 0.5.9 beside those kernels, with a CUDA 13 nvcc for FlashInfer's JIT."""
+    wheels.site_packages("0.5.9", site, wheels.patch_targets("0.5.9"))
+    for name, value in env_with(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
+    return site
+
+
+def doctor_json(runner: CliRunner, site: Path) -> tuple[int, dict[str, object]]:
+    result = runner.invoke(app, ["doctor", "--target", str(site), "--json"])
+    return result.exit_code, json.loads(result.stdout)
+
+
+def kernel_blockers(data: dict[str, object]) -> list[str]:
+    blockers = data["blockers"]
+    assert isinstance(blockers, list)
+    return sorted(
+        str(b["what"]).split(" ")[0] for b in blockers if b["source"] == "the installed kernels"
+    )
+
+
+def test_kernels_that_do_not_run_on_12_1_block_and_apply_cannot_fix_them(
+    runner: CliRunner, environment: Path
+) -> None:
+    code, data = doctor_json(runner, environment)
+    assert code == ExitCode.GAPS and data["ready"] is False
+    assert kernel_blockers(data) == ["sgl-kernel", "triton"]
+    kernels = {k["package"]: k for k in data["kernels"]}  # type: ignore[union-attr]
+    assert kernels["sgl-kernel"]["runs_on"] == {"12.0": True, "12.1": False}
+    assert kernels["torch"]["runs_on"] == {"12.0": True, "12.1": True}
+    assert all(
+        b["fixed_by"] is None for b in data["blockers"] if b["source"] == "the installed kernels"
+    )  # type: ignore[union-attr, index]
+
+    assert api.apply(environment, None).written  # every patch in place: the kernels remain
+    code, data = doctor_json(runner, environment)
+    assert code == ExitCode.GAPS and kernel_blockers(data) == ["sgl-kernel", "triton"]
+    assert "none fixed by `sglpatch apply`" in str(data["verdict"])
+    text = runner.invoke(app, ["doctor", "--target", str(environment)]).stdout
+    assert "triton 3.5.1 does not run on 12.1" in text
+    assert "`sglpatch apply` cannot fix it; fix: set TRITON_PTXAS_PATH" in text
+    assert "Kernels (the compiled packages beside SGLang" in text
+
+
+def test_the_fix_it_names_clears_the_blocker(
+    runner: CliRunner, environment: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ptxas = stand_in(tmp_path / "cuda-12.9/bin/ptxas", "12.9", NEW_TARGETS)
+    monkeypatch.setenv("TRITON_PTXAS_PATH", str(ptxas))
+    code, data = doctor_json(runner, environment)
+    assert code == ExitCode.GAPS and kernel_blockers(data) == ["sgl-kernel"]
+
+
+def test_without_kernel_packages_nothing_blocks_and_they_are_named(
+    runner: CliRunner, site_059: Path
+) -> None:
+    result = runner.invoke(app, ["doctor", "--target", str(site_059)])
+    assert "Kernels not installed beside this SGLang (not judged): torch, sgl-kernel" in (
+        result.stdout
+    )
+    data = json.loads(runner.invoke(app, ["doctor", "--target", str(site_059), "--json"]).stdout)
+    assert kernel_blockers(data) == []
+    assert {k["runs_on"]["12.1"] for k in data["kernels"]} == {None}
