@@ -37,7 +37,7 @@ from packaging.version import InvalidVersion, Version
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from tests import wheels  # noqa: E402  (the one place that knows releases and the wheel cache)
+from tests.support import wheels  # noqa: E402  (the one place that knows releases and the wheel cache)
 
 PROG = "scripts/sm120_triage.py"
 DOC = REPO / "docs" / "sm120-upstream.md"
@@ -423,10 +423,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def release_name(value: str) -> str:
-    """An argparse type: a published release, spelled as tests/wheels.py spells it.
+    """An argparse type: a published release, spelled as tests/support/wheels.py spells it.
 
-    Between the oldest and the newest release tests/wheels.py lists every one, so a version in
-    that span it lacks is no release; one past the newest is a new release, fetched with pip.
+    Between the oldest and the newest release tests/support/wheels.py lists every one, so a
+    version in that span it lacks is no release; one past the newest is a new release, fetched
+    with pip.
     """
     try:
         version = Version(value)
@@ -442,7 +443,7 @@ def release_name(value: str) -> str:
     oldest, newest = min(known), max(known)
     if oldest < version < newest:
         raise argparse.ArgumentTypeError(
-            f"{value!r} is not a release: tests/wheels.py lists every release from "
+            f"{value!r} is not a release: tests/support/wheels.py lists every release from "
             f"{known[oldest]} to {known[newest]}"
         )
     return str(version)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests import wheels
+from tests.support import wheels
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from sglpatch.errors import ExitCode
-from tests import wheels
+from tests.support import wheels
+from tests.support.releases import SEED
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -52,7 +53,7 @@ def one_line(stderr: str) -> str:
 
 @pytest.mark.wheel
 def test_a_model_that_is_not_utf8_is_a_usage_error(tmp_path: Path) -> None:
-    tree = wheels.full_tree("0.5.9", tmp_path / "site-packages")
+    tree = wheels.full_tree(SEED, tmp_path / "site-packages")
     result = sglpatch("doctor", "--target", str(tree), "--model", b"\xff\xfe")
     assert result.returncode == ExitCode.USAGE, result.stderr
     assert one_line(result.stderr) == "sglpatch: error: --model '\\xff\\xfe' is not UTF-8 text"

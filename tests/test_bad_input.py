@@ -16,8 +16,9 @@ from sglpatch import api
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
 from sglpatch.store import fsio
-from tests import proofs, wheels
 from tests.conftest import snapshot
+from tests.support import proofs, wheels
+from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
 
@@ -47,13 +48,13 @@ def test_a_file_that_is_not_utf8(runner: CliRunner, site_059: Path) -> None:
 def test_crlf_files_are_patched_in_their_own_line_endings(
     runner: CliRunner, site_059: Path
 ) -> None:
-    for member in wheels.patch_targets("0.5.9"):
+    for member in wheels.patch_targets(SEED):
         path = site_059 / member
         path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
     pristine = snapshot(site_059)
     assert runner.invoke(app, ["apply", "--target", str(site_059)]).exit_code == 0
-    changed = wheels.applied_targets("0.5.9")
-    for member in wheels.patch_targets("0.5.9"):
+    changed = wheels.applied_targets(SEED)
+    for member in wheels.patch_targets(SEED):
         data = (site_059 / member).read_bytes()
         assert (data != pristine[member]) == (member in changed)
         assert data.count(b"\n") == data.count(b"\r\n")
@@ -160,9 +161,9 @@ def test_a_patched_file_replaced_by_a_directory(runner: CliRunner, site_059: Pat
     result = runner.invoke(app, ["revert", "--force", "--target", str(site_059)])
     assert result.exit_code == 0, result.stderr
     assert f"left {KIMI}" in result.stdout
-    pristine = wheels.site_packages("0.5.9", site_059.parent / "pristine", [SIZES])
+    pristine = wheels.site_packages(SEED, site_059.parent / "pristine", [SIZES])
     assert (site_059 / SIZES).read_bytes() == (pristine / SIZES).read_bytes()
     assert (site_059 / KIMI).is_dir()
     (site_059 / KIMI).rmdir()  # once it is gone, a forced revert recreates it
     assert runner.invoke(app, ["revert", "--force", "--target", str(site_059)]).exit_code == 0
-    assert (site_059 / KIMI).read_bytes() == wheels.member("0.5.9", KIMI)
+    assert (site_059 / KIMI).read_bytes() == wheels.member(SEED, KIMI)

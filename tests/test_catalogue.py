@@ -14,7 +14,8 @@ import sglpatch.patches
 from sglpatch import catalogue, engine
 from sglpatch.patch import NEWEST_TESTED, OLDEST_TESTED, ByRelease, Patch, since
 from sglpatch.results import Applied
-from tests import wheels
+from tests.support import wheels
+from tests.support.releases import SEED
 
 
 def test_every_module_holds_exactly_one_well_formed_patch() -> None:
@@ -61,7 +62,7 @@ def test_by_release_picks_exactly_one_row() -> None:
     assert table.get(Version("0.6.0rc1")) == "new"
     assert ByRelease({">=0.5.9": 1}).get(Version("0.5.8")) is None
     with pytest.raises(ValueError, match="2 rows"):
-        ByRelease({">=0.5": 1, ">=0.5.9": 2}).get(Version("0.5.9"))
+        ByRelease({">=0.5": 1, ">=0.5.9": 2}).get(Version(SEED))
 
 
 class _Codemod(Patch):
@@ -88,7 +89,7 @@ def test_target_file_reads_the_files_table() -> None:
     patch = cls()
     assert patch.target_file(Version("0.5.3")) == "old.py"
     assert patch.package_file(Version("0.5.4.post1")) == "new.py"
-    assert patch.target_file(Version("0.5.9")) is None
+    assert patch.target_file(Version(SEED)) is None
 
 
 def test_a_patch_that_names_no_file_is_not_a_patch() -> None:
@@ -138,7 +139,7 @@ def test_a_declarative_plugin_needs_one_import_and_a_files_table(tmp_path: Path)
     [patch] = catalogue.load(modules=catalogue.directory_modules(tmp_path))
     assert str(patch.tested) == f"<={NEWEST_TESTED},>=0.5.9"
     assert patch.package_file(Version("0.5.4.post2")) is None
-    release = Version("0.5.9")
+    release = Version(SEED)
     assert patch.package_file(release) == "srt/sizes.py"
     source = b"TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {\n    9: {2: 1},\n    10: {2: 2}\n}\n"
     change, outcomes = engine.transform_source(source, "sizes.py", [patch], release)

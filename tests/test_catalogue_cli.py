@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
-from tests import wheels
 from tests.conftest import snapshot
+from tests.support import wheels
 
 SIZES = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
 

@@ -15,13 +15,14 @@ from typer.testing import CliRunner
 from sglpatch import api
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
-from tests import wheels
 from tests.conftest import snapshot
+from tests.support import wheels
+from tests.support.releases import SEED, UPGRADE
 
 pytestmark = pytest.mark.wheel
 
-TARGETS = wheels.patch_targets("0.5.9")
-CHANGED = wheels.applied_targets("0.5.9")  # TARGETS less the files whose fix is upstream
+TARGETS = wheels.patch_targets(SEED)
+CHANGED = wheels.applied_targets(SEED)  # TARGETS less the files whose fix is upstream
 SIZES = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
 KIMI = "sglang/srt/models/kimi_k25.py"
 
@@ -35,9 +36,7 @@ def test_dry_run_shows_the_diff_and_writes_nothing(
     runner: CliRunner, site_059: Path, ledger_dir: Path, tmp_path: Path
 ) -> None:
     before = snapshot(site_059)
-    code, out, err = run(
-        runner, "apply", "--version", "0.5.9", "--target", str(site_059), "--dry-run"
-    )
+    code, out, err = run(runner, "apply", "--version", SEED, "--target", str(site_059), "--dry-run")
     assert code == 0, err
     assert snapshot(site_059) == before
     assert not ledger_dir.exists()
@@ -53,7 +52,7 @@ def test_dry_run_shows_the_diff_and_writes_nothing(
     assert f"{len(CHANGED)} file(s) would change" in err
 
     # The diff is exactly what apply writes: `git apply` of it on a copy gives the same bytes.
-    copy = wheels.site_packages("0.5.9", tmp_path / "copy", TARGETS)
+    copy = wheels.site_packages(SEED, tmp_path / "copy", TARGETS)
     subprocess.run(["git", "apply", "-"], input=out.encode(), cwd=copy, check=True)
     code, _, err = run(runner, "apply", "--target", str(site_059))
     assert code == 0, err
@@ -64,7 +63,7 @@ def test_apply_then_revert_restores_the_wheel_bytes(
     runner: CliRunner, site_059: Path, ledger_dir: Path
 ) -> None:
     pristine = snapshot(site_059)
-    code, out, err = run(runner, "apply", "--version", "0.5.9", "--target", str(site_059))
+    code, out, err = run(runner, "apply", "--version", SEED, "--target", str(site_059))
     assert code == 0, err
     after = snapshot(site_059)
     assert sorted(k for k in pristine if pristine[k] != after[k]) == sorted(CHANGED)
@@ -72,7 +71,7 @@ def test_apply_then_revert_restores_the_wheel_bytes(
     assert f"Patched {len(CHANGED)} file(s)" in out
     assert ledger_dir in Path(out.split("recorded in ")[1].split(" (commit")[0]).parents
 
-    code, out, _ = run(runner, "apply", "--version", "0.5.9", "--target", str(site_059))
+    code, out, _ = run(runner, "apply", "--version", SEED, "--target", str(site_059))
     assert code == 0 and "Nothing to do" in out and out.count("already applied") == len(CHANGED)
     assert snapshot(site_059) == after
 
@@ -88,7 +87,7 @@ def test_apply_then_revert_restores_the_wheel_bytes(
     assert code == 0, err
     assert snapshot(site_059) == pristine
     for member in TARGETS:  # byte for byte what the wheel ships
-        assert (site_059 / member).read_bytes() == wheels.member("0.5.9", member)
+        assert (site_059 / member).read_bytes() == wheels.member(SEED, member)
 
     code, out, _ = run(runner, "revert", "--target", str(site_059))
     assert code == 0 and "Nothing to revert" in out
@@ -155,7 +154,7 @@ def test_an_edit_after_apply_blocks_revert_until_forced(runner: CliRunner, site_
 @pytest.mark.parametrize(
     ("args", "code", "words"),
     [
-        (["--version", "0.5.10"], ExitCode.REFUSED, ["0.5.10", "0.5.9"]),
+        (["--version", UPGRADE], ExitCode.REFUSED, [UPGRADE, SEED]),
         (["--version", "zero.five"], ExitCode.USAGE, ["zero.five"]),
     ],
 )
@@ -175,9 +174,7 @@ def test_unknown_release_asks_for_version(runner: CliRunner, site_059: Path) -> 
     (site_059 / "sglang" / "_version.py").unlink()
     code, _, err = run(runner, "apply", "--target", str(site_059))
     assert code == ExitCode.USAGE and "--version" in err
-    code, _, err = run(
-        runner, "apply", "--target", str(site_059), "--version", "0.5.9", "--dry-run"
-    )
+    code, _, err = run(runner, "apply", "--target", str(site_059), "--version", SEED, "--dry-run")
     assert code == 0, err
 
 
@@ -357,7 +354,7 @@ def test_a_finished_apply_with_stdout_closed_or_full_exits_0(site_059: Path, std
     assert result.returncode == 0, result.stderr
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr
     states = {row.id: row.state for row in api.status(site_059).patches}
-    assert states == wheels.expected_states("0.5.9", "applied")
+    assert states == wheels.expected_states(SEED, "applied")
     dry = command.replace(" apply ", " status ")
     assert subprocess.run(["sh", "-c", dry], check=False).returncode in (0, ExitCode.BROKEN_PIPE)
 

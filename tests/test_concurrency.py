@@ -13,7 +13,7 @@ from sglpatch import api
 from sglpatch.errors import ExitCode
 from sglpatch.store import Ledger, default_directory
 from sglpatch.target import find_target
-from tests import proofs, wheels
+from tests.support import proofs, wheels
 
 pytestmark = pytest.mark.wheel
 

@@ -16,8 +16,9 @@ from sglpatch import catalogue
 from sglpatch.catalogue import CatalogueError
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
-from tests import wheels
 from tests.conftest import snapshot
+from tests.support import wheels
+from tests.support.releases import SEED, UPGRADE
 
 pytestmark = pytest.mark.wheel
 
@@ -80,7 +81,7 @@ def everything(root: Path) -> dict[str, bytes]:
 def test_a_patch_path_that_leaves_the_package_is_refused_at_load(
     runner: CliRunner, tmp_path: Path, where: str
 ) -> None:
-    site = wheels.site_packages("0.5.9", tmp_path / "site", [KIMI])
+    site = wheels.site_packages(SEED, tmp_path / "site", [KIMI])
     (tmp_path / "outside.py").write_text("x = 1\n")
     catalog = plugin(tmp_path / "plugins", where)
     before = everything(tmp_path)
@@ -97,7 +98,7 @@ def test_a_path_that_leaves_only_on_some_release_is_refused_at_plan_time(
     runner: CliRunner, tmp_path: Path
 ) -> None:
     """target_file depends on the release: the load-time probe cannot see every one."""
-    site = wheels.site_packages("0.5.9", tmp_path / "site", [KIMI])
+    site = wheels.site_packages(SEED, tmp_path / "site", [KIMI])
     (tmp_path / "outside.py").write_text("x = 1\n")
     where = '"../../outside.py" if release == Version("0.5.9") else "srt/models/kimi_k25.py"'
     catalog = plugin(tmp_path / "plugins", where)
@@ -108,20 +109,20 @@ def test_a_path_that_leaves_only_on_some_release_is_refused_at_plan_time(
         assert result.exit_code == ExitCode.USAGE, (args, result.stdout, result.stderr)
         assert "'../../outside.py'" in result.stderr and "nothing was written" in result.stderr
     result = runner.invoke(
-        app, ["export", "-V", "0.5.9", "-o", "-", "-t", str(site), "--catalog", str(catalog)]
+        app, ["export", "-V", SEED, "-o", "-", "-t", str(site), "--catalog", str(catalog)]
     )
     assert result.exit_code == ExitCode.USAGE
     assert everything(tmp_path) == before
     marker = next(p for p in catalogue.load(catalog) if p.id == "marker")
     with pytest.raises(CatalogueError, match=r"'\.\.' part"):
-        marker.package_file(Version("0.5.9"))
-    assert marker.package_file(Version("0.5.10")) == "srt/models/kimi_k25.py"
+        marker.package_file(Version(SEED))
+    assert marker.package_file(Version(UPGRADE)) == "srt/models/kimi_k25.py"
 
 
 def test_a_symlinked_folder_in_the_tree_is_not_written_through(
     runner: CliRunner, tmp_path: Path
 ) -> None:
-    site = wheels.site_packages("0.5.9", tmp_path / "site", wheels.patch_targets("0.5.9"))
+    site = wheels.site_packages(SEED, tmp_path / "site", wheels.patch_targets(SEED))
     models = site / "sglang" / "srt" / "models"
     elsewhere = tmp_path / "elsewhere"
     models.rename(elsewhere)
@@ -144,7 +145,7 @@ def test_export_never_writes_into_the_target_or_the_ledger(
     before = {**everything(site_059), **everything(ledger)}
     result = runner.invoke(
         app,
-        ["export", "-V", "0.5.9", "-t", str(site_059), "--ledger", str(ledger), "-o", str(output)],
+        ["export", "-V", SEED, "-t", str(site_059), "--ledger", str(ledger), "-o", str(output)],
     )
     assert result.exit_code == ExitCode.REFUSED, result.stdout
     assert f"inside the {inside}" in result.stderr

@@ -18,20 +18,21 @@ import pytest
 from sglpatch import api
 from sglpatch.errors import ExitCode
 from sglpatch.store import fsio
-from tests import wheels
 from tests.conftest import snapshot
-from tests.crashing import KILLED
+from tests.support import wheels
+from tests.support.crashing import KILLED
+from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
 
-TARGETS = wheels.patch_targets("0.5.9")
-CHANGED = wheels.applied_targets("0.5.9")  # TARGETS less the files whose fix is upstream
+TARGETS = wheels.patch_targets(SEED)
+CHANGED = wheels.applied_targets(SEED)  # TARGETS less the files whose fix is upstream
 # journal, a stage per file, a replace per file, then the ledger commit
 STEPS = ["journal", *["stage"] * len(CHANGED), *["replace"] * len(CHANGED), "ledger-commit"]
 # What `status` says after a whole apply or revert of 0.5.9 (patches fixed upstream or not for
 # this release keep their own state).
-APPLIED = wheels.expected_states("0.5.9", "applied")
-REVERTED = wheels.expected_states("0.5.9", "not applied")
+APPLIED = wheels.expected_states(SEED, "applied")
+REVERTED = wheels.expected_states(SEED, "not applied")
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -70,7 +71,7 @@ def sglpatch(
     *args: str, kill_at: int | None = None, signal_at: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     when = signal_at or (str(kill_at) if kill_at else None)
-    prefix = ["-m", "tests.crashing", when, "--"] if when else ["-m", "sglpatch"]
+    prefix = ["-m", "tests.support.crashing", when, "--"] if when else ["-m", "sglpatch"]
     return subprocess.run(
         [sys.executable, *prefix, *args], capture_output=True, text=True, cwd=REPO, check=False
     )
@@ -78,7 +79,7 @@ def sglpatch(
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, bytes]]:
-    site = wheels.site_packages("0.5.9", tmp_path_factory.mktemp("ref"), TARGETS)
+    site = wheels.site_packages(SEED, tmp_path_factory.mktemp("ref"), TARGETS)
     pristine = snapshot(site)
     api.apply(site, None, tmp_path_factory.mktemp("ledger"))
     return {"pristine": pristine, "patched": snapshot(site)}

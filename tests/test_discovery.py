@@ -20,8 +20,9 @@ from typer.testing import CliRunner
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode, TargetError
 from sglpatch.target import Layout, _isolated_pipx, find_target
-from tests import wheels
 from tests.conftest import snapshot
+from tests.support import wheels
+from tests.support.releases import SEED
 from tests.test_target import git, make_checkout
 
 pytestmark = pytest.mark.wheel
@@ -105,7 +106,7 @@ def _site(prefix: Path) -> Path:
 
 def _install_wheel(prefix: Path) -> None:
     _run(sys.executable, "-m", "pip", "--python", prefix / "bin" / "python", "install",
-         "--quiet", "--no-deps", "--no-index", "--no-compile", wheels.wheel("0.5.9"))  # fmt: skip
+         "--quiet", "--no-deps", "--no-index", "--no-compile", wheels.wheel(SEED))  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +118,7 @@ def envs(tmp_path_factory: pytest.TempPathFactory) -> Envs:
         _install_wheel(prefix)
     (conda / "conda-meta").mkdir()
     (conda / "conda-meta" / "history").write_text("==> 2026-11-30 <==\n")
-    checkout = make_checkout("0.5.9", base / "sgl-workspace" / "sglang")
+    checkout = make_checkout(SEED, base / "sgl-workspace" / "sglang")
     (checkout / "python" / "pyproject.toml").write_text(PYPROJECT)
     (checkout / "python" / "editable_backend.py").write_text(BACKEND)
     _run(sys.executable, "-m", "venv", "--without-pip", editable)
@@ -149,7 +150,7 @@ def test_the_active_virtual_environment(
     assert "release: 0.5.9" in out
     result = runner.invoke(app, ["apply", "--dry-run"])
     assert result.exit_code == 0, result.stderr
-    changes = len(wheels.applied_targets("0.5.9"))
+    changes = len(wheels.applied_targets(SEED))
     assert "+    12: {" in result.stdout and f"{changes} file(s) would change" in result.stderr
 
 
@@ -186,7 +187,7 @@ def test_an_editable_install_resolves_to_the_checkout_and_is_patched_there(
     result = runner.invoke(app, ["apply"])
     assert result.exit_code == 0, result.stderr
     changed = git(envs.checkout, "diff", "--name-only").split()
-    assert sorted(changed) == sorted(f"python/{m}" for m in wheels.applied_targets("0.5.9"))
+    assert sorted(changed) == sorted(f"python/{m}" for m in wheels.applied_targets(SEED))
     assert snapshot(_site(envs.editable)) == site  # the install's own files are untouched
     assert runner.invoke(app, ["revert"]).exit_code == 0
     assert snapshot(envs.checkout / "python" / "sglang") == pristine
@@ -238,7 +239,7 @@ def test_this_python_comes_before_python3_on_path(envs: Envs, site_059: Path) ->
 def test_target_may_be_an_environment_root(envs: Envs, which: str, layout: Layout) -> None:
     prefix = getattr(envs, which)
     found = find_target(prefix, None)
-    assert found.layout is layout and found.release is not None and str(found.release) == "0.5.9"
+    assert found.layout is layout and found.release is not None and str(found.release) == SEED
     assert found.root == (envs.checkout if layout is Layout.CHECKOUT else _site(prefix))
     assert found.found_by is None  # what the user typed needs no explanation
 

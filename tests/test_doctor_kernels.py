@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from sglpatch import api
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
-from tests import wheels
+from tests.support import wheels
+from tests.support.releases import SEED
 from tests.test_kernels_packages import NEW_TARGETS, env_with, site, stand_in
 
 pytestmark = pytest.mark.wheel
@@ -22,7 +23,7 @@ __all__ = ["site"]  # the fixture: 0.5.9's kernel wheels in miniature
 @pytest.fixture
 def environment(site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The real SGLang 0.5.9 beside those kernels, with a CUDA 13 nvcc for FlashInfer's JIT."""
-    wheels.site_packages("0.5.9", site, wheels.patch_targets("0.5.9"))
+    wheels.site_packages(SEED, site, wheels.patch_targets(SEED))
     for name, value in env_with(tmp_path).items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import wheels
+from tests.support import wheels
+from tests.support.releases import SEED
 from tests.test_discovery import BACKEND, PYPROJECT
 from tests.test_target import git, make_checkout
 
@@ -47,7 +48,7 @@ def test_the_dockerfile_and_entrypoint_lines(tmp_path: Path) -> None:
     workspace = tmp_path / "sgl-workspace"  # stands in for WORKDIR
 
     # The image: SGLang's checkout, installed in editable mode into the image's Python.
-    checkout = make_checkout("0.5.9", workspace / "sglang")
+    checkout = make_checkout(SEED, workspace / "sglang")
     (checkout / "python" / "pyproject.toml").write_text(PYPROJECT)
     (checkout / "python" / "editable_backend.py").write_text(BACKEND)
     image = tmp_path / "image"
@@ -73,13 +74,13 @@ def test_the_dockerfile_and_entrypoint_lines(tmp_path: Path) -> None:
             done = sh(argument, workspace, env)
             assert done.returncode == 0, done.stdout + done.stderr
     patched = sorted(git(checkout, "diff", "--name-only").split())
-    assert patched == sorted(f"python/{m}" for m in wheels.applied_targets("0.5.9"))
+    assert patched == sorted(f"python/{m}" for m in wheels.applied_targets(SEED))
 
     check = next(line for line in entrypoint if "status --check" in line)
     assert check == "sglpatch status --check || exit 1"
     done = sh(check, workspace, env)
     # in place: the patches applied and those upstream's code already fixes
-    states = wheels.expected_states("0.5.9", "applied").values()
+    states = wheels.expected_states(SEED, "applied").values()
     ok = f"ok: {sum(s != 'not for this release' for s in states)} patch(es) in place"
     assert done.returncode == 0 and done.stdout.startswith(ok), done.stderr
 

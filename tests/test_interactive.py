@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from sglpatch import api
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
+from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
 
@@ -25,7 +26,7 @@ TWO_SHOT = "sglang/srt/distributed/device_communicators/torch_symm_mem.py"
 
 # 0.5.9's patches in the order apply -i offers them; those fixed upstream or not for this
 # release are never offered, and keep that state whatever the answers.
-ROWS = api.list_patches("0.5.9")
+ROWS = api.list_patches(SEED)
 OFFERED = [row.id for row in ROWS if row.outlook == "applies"]
 OTHERS = {row.id: str(row.effect) for row in ROWS if row.id not in OFFERED}
 

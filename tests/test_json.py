@@ -11,12 +11,13 @@ from typer.testing import CliRunner
 from sglpatch import api
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
-from tests import wheels
+from tests.support import wheels
+from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
 
 # The catalogue; what each patch does on 0.5.9 comes from `wheels.expected_states`.
-ROWS = api.list_patches("0.5.9")
+ROWS = api.list_patches(SEED)
 
 
 def as_json(runner: CliRunner, *args: str, code: int = 0) -> dict[str, object]:
@@ -31,25 +32,25 @@ def test_each_command(runner: CliRunner, site_059: Path) -> None:
     target = ["--target", str(site_059)]
     status = as_json(runner, "status", *target)
     assert {"target", "release", "ledger", "patches"} <= set(status)
-    assert status["target"] == str(site_059) and status["release"] == "0.5.9"
+    assert status["target"] == str(site_059) and status["release"] == SEED
     states = {p["id"]: p["state"] for p in status["patches"]}
-    assert states == wheels.expected_states("0.5.9", "not applied")
+    assert states == wheels.expected_states(SEED, "not applied")
 
     dry = as_json(runner, "apply", "--dry-run", *target)
     assert (
         dry["dry_run"] is True and dry["written"] is False and dry["diff"].startswith("diff --git")
     )
     states = {p["id"]: p["state"] for p in dry["patches"]}
-    assert states == wheels.expected_states("0.5.9", "applied")
+    assert states == wheels.expected_states(SEED, "applied")
 
     applied = as_json(runner, "apply", *target)
     assert applied["written"] is True
-    assert sorted(applied["changed"]) == wheels.applied_targets("0.5.9")
+    assert sorted(applied["changed"]) == wheels.applied_targets(SEED)
     assert applied["commit"]
 
     again = as_json(runner, "apply", *target)
     states = {p["id"]: p["state"] for p in again["patches"]}
-    assert states == wheels.expected_states("0.5.9", "already applied")
+    assert states == wheels.expected_states(SEED, "already applied")
 
     log = as_json(runner, "log", *target)
     assert [e["summary"].split(":")[0] for e in log["entries"]] == ["apply"]

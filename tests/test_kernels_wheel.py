@@ -19,7 +19,7 @@ import pytest
 
 from sglpatch.doctor.kernels import fatbin
 from sglpatch.doctor.kernels.packages import sgl_kernel_build
-from tests.wheels import CACHE
+from tests.support.wheels import CACHE
 
 pytestmark = [
     pytest.mark.wheel,

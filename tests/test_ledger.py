@@ -11,6 +11,7 @@ import pytest
 from sglpatch.errors import LedgerError, LockedError, RefusedError
 from sglpatch.store import FileRecord, Ledger, State, default_directory
 from sglpatch.target import Layout, Target
+from tests.support.releases import SEED
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def test_default_directory_follows_the_environment(
 
 
 def test_state_round_trips() -> None:
-    state = State("0.5.9", ["a", "b"], {"sglang/x.py": FileRecord("1" * 64, "2" * 64, ["a"])})
+    state = State(SEED, ["a", "b"], {"sglang/x.py": FileRecord("1" * 64, "2" * 64, ["a"])})
     assert State.from_json(json.loads(state.to_json())) == state
 
 
@@ -47,7 +48,7 @@ def test_one_repository_per_target_path(tmp_path: Path, target: Target) -> None:
 
 def test_commits_hold_files_and_state_and_repeat_nothing(tmp_path: Path, target: Target) -> None:
     record = Ledger(tmp_path / "ledger").record(target)
-    state = State("0.5.9", ["p"], {"sglang/x.py": FileRecord("a" * 64, "b" * 64, ["p"])})
+    state = State(SEED, ["p"], {"sglang/x.py": FileRecord("a" * 64, "b" * 64, ["p"])})
     first = record.repository.commit(
         "apply: p", state, {"original/sglang/x.py": b"old", "patched/sglang/x.py": b"new"}
     )
@@ -56,7 +57,7 @@ def test_commits_hold_files_and_state_and_repeat_nothing(tmp_path: Path, target:
     )  # nothing new
     assert record.state() == state
     assert record.stored("original", "sglang/x.py") == b"old"
-    second = record.repository.commit("revert: p", State("0.5.9"), {})
+    second = record.repository.commit("revert: p", State(SEED), {})
     assert [e.commit for e in record.repository.history()] == [second, first]
     assert (tmp_path / "ledger" / "README.md").read_text().startswith("# sglpatch ledger")
     files = subprocess.run(
@@ -97,26 +98,26 @@ def test_damaged_records_are_ledger_errors(tmp_path: Path, target: Target) -> No
 def test_a_failed_commit_leaves_the_committed_state(tmp_path: Path, target: Target) -> None:
     """A commit that fails (a stale index.lock) rolls the work tree back; reads keep HEAD's."""
     record = Ledger(tmp_path / "ledger").record(target)
-    applied = State("0.5.9", ["p"], {"sglang/x.py": FileRecord("a" * 64, "b" * 64, ["p"])})
+    applied = State(SEED, ["p"], {"sglang/x.py": FileRecord("a" * 64, "b" * 64, ["p"])})
     record.repository.commit("apply: p", applied, {"original/sglang/x.py": b"old"})
     lock = record.directory / ".git" / "index.lock"
     lock.touch()
     with pytest.raises(LedgerError, match="cannot record"):
-        record.repository.commit("revert: p", State("0.5.9"), {"edited/sglang/x.py": b"mine"})
+        record.repository.commit("revert: p", State(SEED), {"edited/sglang/x.py": b"mine"})
     assert record.state() == applied
     assert json.loads((record.directory / "state.json").read_bytes())["files"]
     assert not (record.directory / "files" / "edited" / "sglang" / "x.py").exists()
     lock.unlink()
-    record.repository.commit("revert: p", State("0.5.9"), {})
-    assert record.state() == State("0.5.9")
+    record.repository.commit("revert: p", State(SEED), {})
+    assert record.state() == State(SEED)
 
 
 def test_a_work_tree_that_differs_from_head_is_not_believed(tmp_path: Path, target: Target) -> None:
     """As a process killed between writing state.json and committing leaves it."""
     record = Ledger(tmp_path / "ledger").record(target)
-    applied = State("0.5.9", ["p"], {"sglang/x.py": FileRecord("a" * 64, "b" * 64, ["p"])})
+    applied = State(SEED, ["p"], {"sglang/x.py": FileRecord("a" * 64, "b" * 64, ["p"])})
     record.repository.commit("apply: p", applied, {})
-    (record.directory / "state.json").write_bytes(State("0.5.9").to_json())
+    (record.directory / "state.json").write_bytes(State(SEED).to_json())
     assert record.state() == applied
     # A ledger from before the committed-state mark: HEAD is read too.
     (record.directory / ".git" / "sglpatch-committed-state").unlink()
@@ -125,7 +126,7 @@ def test_a_work_tree_that_differs_from_head_is_not_believed(tmp_path: Path, targ
 
 def test_keys_a_newer_sglpatch_wrote_are_kept(tmp_path: Path, target: Target) -> None:
     data = {
-        "release": "0.5.9",
+        "release": SEED,
         "patches": ["p"],
         "files": {"sglang/x.py": {"original": "a", "patched": "b", "patches": ["p"], "mode": 1}},
         "skipped": ["q"],
@@ -152,7 +153,7 @@ def test_one_record_per_package_however_spelled(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger")
     records = [ledger.record(t) for t in spellings]
     assert len({r.directory for r in records}) == 1
-    state = State("0.5.9", ["p"], {"python/sglang/x.py": FileRecord("a", "b", ["p"])})
+    state = State(SEED, ["p"], {"python/sglang/x.py": FileRecord("a", "b", ["p"])})
     records[0].repository.commit("apply: p", state, {"original/python/sglang/x.py": b"old"})
     as_site = records[1].state()
     assert list(as_site.files) == ["sglang/x.py"]  # the path as that spelling names it
@@ -177,7 +178,7 @@ def test_a_commit_that_landed_before_an_error_stands(
     import git
 
     record = Ledger(tmp_path / "ledger").record(target)
-    record.repository.commit("apply: p", State("0.5.9", ["p"]), {})
+    record.repository.commit("apply: p", State(SEED, ["p"]), {})
     create = git.Commit.create_from_tree
 
     def landed_then_failed(cls: type, *args: object, **kwargs: object) -> object:
@@ -185,6 +186,6 @@ def test_a_commit_that_landed_before_an_error_stands(
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(git.Commit, "create_from_tree", classmethod(landed_then_failed))
-    sha = record.repository.commit("revert: p", State("0.5.9"), {})
-    assert record.state() == State("0.5.9")
+    sha = record.repository.commit("revert: p", State(SEED), {})
+    assert record.state() == State(SEED)
     assert record.repository.history()[0].commit == sha

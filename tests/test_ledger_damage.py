@@ -20,8 +20,9 @@ from sglpatch.errors import ExitCode
 from sglpatch.store import journal, ledger
 from sglpatch.store.git import COMMITTED
 from sglpatch.target import find_target
-from tests import wheels
 from tests.conftest import snapshot
+from tests.support import wheels
+from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
 
@@ -150,7 +151,7 @@ def test_a_fifo_in_another_ledger_never_hangs(site_059: Path, tmp_path: Path) ->
     """Another ledger (listed in known-ledgers) whose state.json and target.json are FIFOs, and a
     FIFO for known-ledgers itself: status, apply --dry-run and revert answer at once."""
     other = tmp_path / "other-ledger"
-    elsewhere = wheels.site_packages("0.5.9", tmp_path / "elsewhere", wheels.patch_targets("0.5.9"))
+    elsewhere = wheels.site_packages(SEED, tmp_path / "elsewhere", wheels.patch_targets(SEED))
     assert api.apply(elsewhere, None, other).written
     for folder in (other / "targets").iterdir():
         for name in ("state.json", "target.json"):

@@ -21,13 +21,14 @@ from types import ModuleType
 
 import pytest
 
-from tests import wheels
+from tests.support import wheels
+from tests.support.releases import SEED, UPGRADE
 
 TRIAGE = wheels.REPO / "scripts" / "sm120_triage.py"
 BENCH = wheels.REPO / "bench" / "run"
 KEPT = "the table a good run wrote\n"
 # Two small wheels: a test that reaches them on the old code fails fast, not after 0.5.3 -> 0.5.23.
-SMALL = ["--from", "0.5.9", "--to", "0.5.10"]
+SMALL = ["--from", SEED, "--to", UPGRADE]
 
 
 def _run(
@@ -86,10 +87,10 @@ TRIAGE_PROG = "scripts/sm120_triage.py"
         (["--from", "0.5.9.post7"], ["--from", "0.5.9.post7", "not a release"]),
         (["--to", "0.5.12.post3"], ["--to", "0.5.12.post3"]),
         (["--from"], ["--from", "expected one argument"]),
-        (["--frm", "0.5.9"], ["unrecognized arguments: --frm"]),
+        (["--frm", SEED], ["unrecognized arguments: --frm"]),
         (["--from", "0.5.23", "--to", "0.5.3"], ["0.5.23", "0.5.3", "no release"]),
-        (["--from", "0.5.9", "--to", "0.5.9"], ["0.5.9", "no release"]),
-        (["--from", "0.5.10", "--to", "0.5.9"], ["0.5.10", "0.5.9", "no release"]),
+        (["--from", SEED, "--to", SEED], [SEED, "no release"]),
+        (["--from", UPGRADE, "--to", SEED], [UPGRADE, SEED, "no release"]),
     ],
 )
 def test_triage_refuses_a_bad_release_or_range_in_one_line(
@@ -111,7 +112,7 @@ def _verdicts(tmp_path: Path, content: bytes | str | object) -> Path:
     return path
 
 
-GOOD_ROW = {"release": "0.5.10", "verdict": "new-feature", "description": "x", "hunks": []}
+GOOD_ROW = {"release": UPGRADE, "verdict": "new-feature", "description": "x", "hunks": []}
 
 
 @pytest.mark.parametrize(
@@ -119,10 +120,10 @@ GOOD_ROW = {"release": "0.5.10", "verdict": "new-feature", "description": "x", "
     [
         ("{not json", ["not JSON", "line 1"]),
         (b"\xff\xfe[]", ["not UTF-8"]),
-        ({"release": "0.5.10"}, ["a JSON list"]),
-        (["0.5.10"], ["change 1", "object"]),
+        ({"release": UPGRADE}, ["a JSON list"]),
+        ([UPGRADE], ["change 1", "object"]),
         (
-            [GOOD_ROW, {"release": "0.5.10", "description": "x", "hunks": []}],
+            [GOOD_ROW, {"release": UPGRADE, "description": "x", "hunks": []}],
             ["change 2", "'verdict'"],
         ),
         ([{**GOOD_ROW, "release": 5}], ["change 1", "'release'"]),
@@ -225,7 +226,7 @@ def test_triage_writes_its_table_atomically(
         raise OSError(28, "No space left on device", str(target))
 
     monkeypatch.setattr(Path, "replace", fail)
-    assert triage.main(["--from", "0.5.9", "--to", "0.5.10", "--out", str(kept)]) == 1
+    assert triage.main(["--from", SEED, "--to", UPGRADE, "--out", str(kept)]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"{TRIAGE_PROG}: error: "), err
     assert "No space left on device" in err[0]
@@ -233,7 +234,7 @@ def test_triage_writes_its_table_atomically(
 
     monkeypatch.setattr(Path, "replace", real_replace)
     kept.chmod(0o640)
-    assert triage.main(["--from", "0.5.9", "--to", "0.5.10", "--out", str(kept)]) == 0
+    assert triage.main(["--from", SEED, "--to", UPGRADE, "--out", str(kept)]) == 0
     assert kept.read_text().startswith("# SM120 / SM121 changes upstream")
     assert stat.S_IMODE(kept.stat().st_mode) == 0o640  # the table keeps the mode it had
     assert sorted(p.name for p in kept.parent.iterdir()) == [kept.name]
@@ -404,7 +405,7 @@ def test_bench_killed_while_it_fills_the_padded_tree_leaves_nothing(
     scratch: Path, bench_process: list[subprocess.Popen[str]]
 ) -> None:
     """The report's case: SIGTERM while tens of thousands of files are being written."""
-    wheels.wheel("0.5.9")
+    wheels.wheel(SEED)
     env = {"TMPDIR": str(scratch), "SGLPATCH_WHEEL_CACHE": str(wheels.CACHE)}
     process = _start_bench(bench_process, ["--rounds", "7"], env)
     folder = _wait_for(process, _folder(scratch, "padded/sglang/srt/pad001"), timeout=60)

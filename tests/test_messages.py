@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 from sglpatch.cli import app, app_commands
 from sglpatch.errors import ExitCode
-from tests import wheels
 from tests.conftest import snapshot
+from tests.support import wheels
+from tests.support.releases import SEED
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -56,8 +57,8 @@ def test_usage_errors_from_the_installed_command_too() -> None:
 @pytest.mark.parametrize(
     ("args", "suggestion"),
     [
-        (["--version", "0.5.9", "apply"], "sglpatch apply --version 0.5.9"),
-        (["--version", "0.5.9", "export", "-o", "x.diff"], "sglpatch export --version 0.5.9"),
+        (["--version", SEED, "apply"], "sglpatch apply --version 0.5.9"),
+        (["--version", SEED, "export", "-o", "x.diff"], "sglpatch export --version 0.5.9"),
         (["--version", "apply", "--dry-run"], "sglpatch apply --version V"),
     ],
 )
@@ -72,7 +73,7 @@ def test_version_before_a_command_is_refused(
 def test_version_alone_and_after_a_command(runner: CliRunner, site_059: Path) -> None:
     code, out, _ = invoke(runner, ["--version"])
     assert code == 0 and out.startswith("sglpatch ")
-    code, _, err = invoke(runner, ["apply", "--version", "0.5.9", "--dry-run", "-t", str(site_059)])
+    code, _, err = invoke(runner, ["apply", "--version", SEED, "--dry-run", "-t", str(site_059)])
     assert code == 0, err
 
 
@@ -82,7 +83,7 @@ def test_a_dry_run_says_would_apply(runner: CliRunner, site_059: Path) -> None:
     assert code == 0, err
     rows = [line for line in err.splitlines() if line.startswith("  ")]
     said = dict(m.group(2, 1) for row in rows if (m := re.match(r"  (\S.*?) {2,}(\S+)", row)))
-    assert len(said) == len(rows) and said == wheels.expected_states("0.5.9", "would apply")
+    assert len(said) == len(rows) and said == wheels.expected_states(SEED, "would apply")
     assert not re.search(r"^\s+applied\s", err, re.M)
     code, out, _ = invoke(runner, ["apply", "--target", str(site_059)])
     assert re.search(r"^\s+applied\s", out, re.M)  # the real run says what it did
@@ -92,11 +93,11 @@ def test_a_dry_run_says_would_apply(runner: CliRunner, site_059: Path) -> None:
 def test_hints_carry_the_target_and_ledger_typed_and_work(
     runner: CliRunner, tmp_path: Path
 ) -> None:
-    site = wheels.site_packages("0.5.9", tmp_path / "my site", wheels.patch_targets("0.5.9"))
+    site = wheels.site_packages(SEED, tmp_path / "my site", wheels.patch_targets(SEED))
     ledger = tmp_path / "my ledger"
     pristine = snapshot(site)
     kimi = "kimi-k25-eagle3-interface"
-    typed = ["-t", str(site), "--ledger", str(ledger), "-V", "0.5.9", "--skip", kimi]
+    typed = ["-t", str(site), "--ledger", str(ledger), "-V", SEED, "--skip", kimi]
     code, _, err = invoke(runner, ["apply", "--dry-run", *typed])
     assert code == 0, err
     hint = err.strip().splitlines()[-1].split("Apply: ")[1]
@@ -105,7 +106,7 @@ def test_hints_carry_the_target_and_ledger_typed_and_work(
         == f"sglpatch apply --target '{site}' --ledger '{ledger}' --version 0.5.9 --skip {kimi}"
     )
     code, out, err = invoke(runner, shlex.split(hint)[1:])  # run the hint as a shell would
-    others = set(wheels.applied_targets("0.5.9")) - {"sglang/srt/models/kimi_k25.py"}
+    others = set(wheels.applied_targets(SEED)) - {"sglang/srt/models/kimi_k25.py"}
     assert code == 0 and f"Patched {len(others)} file(s)" in out, err
     undo = out.strip().splitlines()[-1].split("Undo: ")[1]
     assert undo == f"sglpatch revert --target '{site}' --ledger '{ledger}'"

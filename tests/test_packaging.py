@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import wheels
+from tests.support import wheels
+from tests.support.releases import SEED
 
 REPO = Path(__file__).resolve().parent.parent
 # One patch per module in patches/, its id the module name with dashes.
@@ -73,7 +74,7 @@ def test_pip_install_in_a_fresh_environment(fresh_venv: Path, tmp_path: Path) ->
     assert run(sglpatch, "--version").startswith("sglpatch 0.1.0")
     listed = json.loads(run(sglpatch, "list", "--json"))
     assert {p["id"] for p in listed["patches"]} == BUILT_INS
-    site = wheels.site_packages("0.5.9", tmp_path / "site", wheels.patch_targets("0.5.9"))
+    site = wheels.site_packages(SEED, tmp_path / "site", wheels.patch_targets(SEED))
     env = {**os.environ, "SGLPATCH_LEDGER": str(tmp_path / "ledger")}
     assert "+    12: {" in run(sglpatch, "apply", "--dry-run", "--target", site, env=env)
 
@@ -89,7 +90,7 @@ def test_pipx_install_finds_the_users_sglang_through_python3(
     assert {p["id"] for p in json.loads(run(sglpatch, "list", "--json"))["patches"]} == BUILT_INS
 
     # The user's environment: python3 on PATH imports an sglang the pipx venv cannot see.
-    site = wheels.site_packages("0.5.9", tmp_path / "user-site", wheels.patch_targets("0.5.9"))
+    site = wheels.site_packages(SEED, tmp_path / "user-site", wheels.patch_targets(SEED))
     user_bin = tmp_path / "user-bin"
     user_bin.mkdir()
     (user_bin / "python3").write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
@@ -97,7 +98,7 @@ def test_pipx_install_finds_the_users_sglang_through_python3(
     env["PATH"] = f"{user_bin}:{os.environ['PATH']}"
     env["SGLPATCH_LEDGER"] = str(tmp_path / "ledger")
     status = json.loads(run(sglpatch, "status", "--json", env=env))
-    assert status["target"] == str(site) and status["release"] == "0.5.9"
+    assert status["target"] == str(site) and status["release"] == SEED
     assert status["found_by"].startswith("python3 on PATH at ")
 
 

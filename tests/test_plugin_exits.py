@@ -21,7 +21,8 @@ from typer.testing import CliRunner, Result
 
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
-from tests import wheels
+from tests.support import wheels
+from tests.support.releases import SEED
 
 REPO = Path(__file__).resolve().parent.parent
 KIMI = "sglang/srt/models/kimi_k25.py"
@@ -106,8 +107,8 @@ COMMANDS: dict[str, tuple[list[str], set[str]]] = {
     "apply --dry-run": (["apply", "--dry-run"], PATCHING),
     "status": (["status"], LOOKING),
     "status --check": (["status", "--check"], PATCHING),
-    "export": (["export", "--version", "0.5.9", "--output", "-"], PATCHING),
-    "list --release": (["list", "--release", "0.5.9"], LOOKING),
+    "export": (["export", "--version", SEED, "--output", "-"], PATCHING),
+    "list --release": (["list", "--release", SEED], LOOKING),
 }
 AT_LOAD = ("import", "init")
 PLACES = (
@@ -162,7 +163,7 @@ def test_a_plugin_that_exits_is_its_failure_wherever_it_exits(
         (["apply", "--dry-run", "--json"], "transform"),
         (["status", "--json"], "package_file"),
         (["status", "--check", "--json"], "postcondition"),
-        (["list", "--release", "0.5.9", "--json"], "fixed_upstream"),
+        (["list", "--release", SEED, "--json"], "fixed_upstream"),
     ],
     ids=lambda x: " ".join(x) if isinstance(x, list) else x,
 )
@@ -224,12 +225,12 @@ def test_an_installed_plugin_that_exits_at_import_is_named(tmp_path: Path) -> No
 @pytest.mark.wheel
 def test_doctor_runs_a_plugin_under_the_same_guard(tmp_path: Path) -> None:
     """doctor runs the catalogue in memory (perhaps in its warm-up process): the same rules."""
-    tree = wheels.full_tree("0.5.9", tmp_path / "site-packages")
+    tree = wheels.full_tree(SEED, tmp_path / "site-packages")
     doctor = f"{shlex.quote(sys.executable)} -m sglpatch doctor --target {tree} --catalog"
     exits = sh(f"{doctor} {write_plugin(tmp_path / 'exits', 'transform')}")
     assert exits.returncode == ExitCode.TARGET, exits.stderr
     assert "patch leaves from" in exits.stderr and "raised SystemExit: 0" in exits.stderr
     chatty = sh(f"{doctor} {write_plugin(tmp_path / 'chatty', 'nowhere')} --json")
     assert chatty.returncode in (ExitCode.OK, ExitCode.GAPS), chatty.stderr
-    assert json.loads(chatty.stdout)["release"] == "0.5.9"
+    assert json.loads(chatty.stdout)["release"] == SEED
     assert CHATTER in chatty.stderr and CHATTER not in chatty.stdout

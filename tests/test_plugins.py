@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from sglpatch import api
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
-from tests import proofs
+from tests.support import proofs
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 SIZES = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"

@@ -15,10 +15,11 @@ from packaging.version import Version
 from sglpatch import api, catalogue, engine
 from sglpatch.patch import Patch
 from sglpatch.results import AlreadyApplied, Applied, Failed
-from tests import proofs, wheels
 from tests.conftest import snapshot
+from tests.support import proofs, wheels
+from tests.support.releases import SEED
 
-RELEASE = Version("0.5.9")
+RELEASE = Version(SEED)
 PATCHES = {p.id: p for p in catalogue.load()}
 SIZES = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
 COMMUNICATOR = "sglang/srt/distributed/device_communicators/torch_symm_mem.py"
@@ -184,7 +185,7 @@ def test_kimi_classes(source: str) -> None:
 @pytest.fixture(scope="module")
 def base_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return wheels.site_packages(
-        "0.5.9", tmp_path_factory.mktemp("base") / "site", wheels.patch_targets("0.5.9")
+        SEED, tmp_path_factory.mktemp("base") / "site", wheels.patch_targets(SEED)
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests import wheels
+from tests.support import wheels
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 FIRST_STEPS = README.split("## From a fresh clone")[1].split("\n## ")[0]

@@ -12,13 +12,14 @@ from typer.testing import CliRunner
 from sglpatch import api
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
-from tests import wheels
 from tests.conftest import snapshot
+from tests.support import wheels
+from tests.support.releases import SEED, UPGRADE
 
 pytestmark = pytest.mark.wheel
 
 SIZES = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
-CHANGED = wheels.applied_targets("0.5.9")  # the patch targets less those fixed upstream
+CHANGED = wheels.applied_targets(SEED)  # the patch targets less those fixed upstream
 
 
 def pip_install(release: str, site: Path, *flags: str) -> None:
@@ -36,17 +37,17 @@ def targets_of(site: Path, release: str) -> dict[str, bytes]:
 
 def test_force_reinstall_then_status_apply_revert(runner: CliRunner, tmp_path: Path) -> None:
     site = tmp_path / "site"
-    pip_install("0.5.9", site)
-    pristine = targets_of(site, "0.5.9")
+    pip_install(SEED, site)
+    pristine = targets_of(site, SEED)
     everything = snapshot(site)
     assert runner.invoke(app, ["apply", "--target", str(site)]).exit_code == 0
-    patched = targets_of(site, "0.5.9")
+    patched = targets_of(site, SEED)
     after = snapshot(site)  # a real, complete install: exactly the patched files change
     assert set(after) == set(everything)
     assert sorted(k for k in after if after[k] != everything[k]) == CHANGED
 
-    pip_install("0.5.9", site, "--force-reinstall")
-    assert targets_of(site, "0.5.9") == pristine
+    pip_install(SEED, site, "--force-reinstall")
+    assert targets_of(site, SEED) == pristine
     status = runner.invoke(app, ["status", "--target", str(site)]).stdout
     assert status.count("not applied") == len(CHANGED) and "original bytes are back" in status
 
@@ -54,47 +55,47 @@ def test_force_reinstall_then_status_apply_revert(runner: CliRunner, tmp_path: P
     assert result.exit_code == 0 and result.stdout.count("already had its original bytes") == len(
         CHANGED
     )
-    assert targets_of(site, "0.5.9") == pristine
+    assert targets_of(site, SEED) == pristine
 
-    pip_install("0.5.9", site, "--force-reinstall")
+    pip_install(SEED, site, "--force-reinstall")
     assert runner.invoke(app, ["apply", "--target", str(site)]).exit_code == 0
-    assert targets_of(site, "0.5.9") == patched
-    pip_install("0.5.9", site, "--force-reinstall")
+    assert targets_of(site, SEED) == patched
+    pip_install(SEED, site, "--force-reinstall")
     result = runner.invoke(app, ["apply", "--target", str(site)])
     assert result.exit_code == 0 and f"Patched {len(CHANGED)} file(s)" in result.stdout
-    assert targets_of(site, "0.5.9") == patched
+    assert targets_of(site, SEED) == patched
     assert runner.invoke(app, ["revert", "--target", str(site)]).exit_code == 0
-    assert targets_of(site, "0.5.9") == pristine
+    assert targets_of(site, SEED) == pristine
 
 
 def test_upgrade_never_writes_old_originals_over_the_new_release(
     runner: CliRunner, tmp_path: Path
 ) -> None:
     site = tmp_path / "site"
-    pip_install("0.5.9", site)
+    pip_install(SEED, site)
     assert runner.invoke(app, ["apply", "--target", str(site)]).exit_code == 0
 
-    pip_install("0.5.10", site)
+    pip_install(UPGRADE, site)
     upgraded = snapshot(site / "sglang")
     status = runner.invoke(app, ["status", "--target", str(site)]).stdout
     assert "release: 0.5.10" in status and "applied to 0.5.9; the target is now 0.5.10" in status
 
     result = runner.invoke(app, ["revert", "--target", str(site)])
     assert result.exit_code == ExitCode.REFUSED
-    assert "0.5.10" in result.stderr and "0.5.9" in result.stderr and "--force" in result.stderr
+    assert UPGRADE in result.stderr and SEED in result.stderr and "--force" in result.stderr
     assert snapshot(site / "sglang") == upgraded
 
     report = api.apply(site, None)
     outcomes = {o.patch_id: o.state for o in report.outcomes}
-    assert outcomes == wheels.expected_states("0.5.10", "applied")
+    assert outcomes == wheels.expected_states(UPGRADE, "applied")
     assert {o.patch_id: o.state for o in report.outcomes}["kimi-k25-eagle3-interface"] == (
         "already upstream"
     )
 
     assert runner.invoke(app, ["revert", "--target", str(site)]).exit_code == 0
     assert snapshot(site / "sglang") == upgraded
-    for member in wheels.patch_targets("0.5.10"):
-        assert (site / member).read_bytes() == wheels.member("0.5.10", member)
+    for member in wheels.patch_targets(UPGRADE):
+        assert (site / member).read_bytes() == wheels.member(UPGRADE, member)
 
     log = runner.invoke(app, ["log", "--target", str(site)]).stdout.splitlines()
     assert [line.split()[2] for line in log] == ["revert:", "apply:", "apply:"]

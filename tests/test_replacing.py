@@ -17,13 +17,14 @@ from sglpatch import api, errors, reading
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
 from sglpatch.store import fsio, journal
-from tests import wheels
 from tests.conftest import snapshot
+from tests.support import wheels
+from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
 
 KIMI = "sglang/srt/models/kimi_k25.py"
-CHANGED = wheels.applied_targets("0.5.9")
+CHANGED = wheels.applied_targets(SEED)
 EDIT = b"# a user's edit\n"
 
 
@@ -292,7 +293,7 @@ def test_as_an_ordinary_user_a_root_owned_file_is_refused(tmp_path: Path) -> Non
     top = Path(tempfile.mkdtemp(prefix="sglpatch-nobody-"))  # /tmp: nobody can reach it
     try:
         top.chmod(0o777)
-        site = wheels.site_packages("0.5.9", top / "site", wheels.patch_targets("0.5.9"))
+        site = wheels.site_packages(SEED, top / "site", wheels.patch_targets(SEED))
         for path in [top, *top.rglob("*")]:
             os.chown(path, NOBODY, NOBODY)
         owned = site / CHANGED[1]

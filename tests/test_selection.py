@@ -13,8 +13,9 @@ from sglpatch import api
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
 from sglpatch.store import State
-from tests import wheels
 from tests.conftest import snapshot
+from tests.support import wheels
+from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
 
@@ -24,7 +25,7 @@ TWO_SHOT = "sm120-symm-mem-two-shot"
 ALL = {KIMI, SIZES, TWO_SHOT}
 # 0.5.9 from list --release: the patches apply applies, and those status --check finds in place
 # after it (upstream's fixes count; patches not for this release do not).
-ROWS = api.list_patches("0.5.9")
+ROWS = api.list_patches(SEED)
 OFFERED = [row.id for row in ROWS if row.outlook == "applies"]
 IN_PLACE = [row.id for row in ROWS if row.effect in ("applies", "already upstream")]
 
@@ -49,8 +50,8 @@ def test_skip_is_recorded_and_exact_through_status_check_apply_and_revert(
     code, out, err = invoke(runner, "apply", "--skip", TWO_SHOT, "--target", str(site_059))
     assert code == 0, err
     changed = {k for k, v in snapshot(site_059).items() if v != pristine[k]}
-    assert changed == {m for m in wheels.applied_targets("0.5.9") if "torch_symm_mem" not in m}
-    assert states(site_059) == wheels.expected_states("0.5.9", "applied") | {TWO_SHOT: "skipped"}
+    assert changed == {m for m in wheels.applied_targets(SEED) if "torch_symm_mem" not in m}
+    assert states(site_059) == wheels.expected_states(SEED, "applied") | {TWO_SHOT: "skipped"}
     entries = api.log(site_059).entries
     skipped = [row.id for row in api.status(site_059).patches if row.state == "skipped"]
     assert skipped == [TWO_SHOT] and f"skipped: {TWO_SHOT}" in entries[0].message
@@ -60,19 +61,19 @@ def test_skip_is_recorded_and_exact_through_status_check_apply_and_revert(
 
     code, out, err = invoke(runner, "apply", "--target", str(site_059))  # a plain apply: all
     assert code == 0 and "Patched 1 file(s)" in out, err
-    assert states(site_059) == wheels.expected_states("0.5.9", "applied")
+    assert states(site_059) == wheels.expected_states(SEED, "applied")
     assert [row.id for row in api.status(site_059).patches if row.state == "skipped"] == []
 
     assert invoke(runner, "revert", "--target", str(site_059))[0] == 0
     assert snapshot(site_059) == pristine
     # revert forgets the choice too
-    assert states(site_059) == wheels.expected_states("0.5.9", "not applied")
+    assert states(site_059) == wheels.expected_states(SEED, "not applied")
 
 
 def test_only_records_the_others_as_skipped(runner: CliRunner, site_059: Path) -> None:
     code, _, err = invoke(runner, "apply", "--only", f"{KIMI},{SIZES}", "-t", str(site_059))
     assert code == 0, err
-    skipped = wheels.expected_states("0.5.9", "skipped")
+    skipped = wheels.expected_states(SEED, "skipped")
     assert states(site_059) == skipped | {KIMI: "applied", SIZES: "applied"}
     # --only on top: what it applies leaves the skipped list, the rest stays skipped
     code, _, err = invoke(runner, "apply", "--only", TWO_SHOT, "-t", str(site_059))
@@ -86,7 +87,7 @@ def test_skipping_everything_still_records_the_choice(runner: CliRunner, site_05
     code, out, err = invoke(runner, "apply", *args, "--target", str(site_059))
     assert code == 0 and "recorded the patches left out as skipped" in out, err
     assert snapshot(site_059) == before
-    assert states(site_059) == wheels.expected_states("0.5.9", "skipped")
+    assert states(site_059) == wheels.expected_states(SEED, "skipped")
     assert check(runner, site_059)[0] == 0
 
 
@@ -113,9 +114,9 @@ def test_interactive_does_not_mix_with_only(runner: CliRunner, site_059: Path) -
 
 
 def test_a_state_from_before_skip_still_reads() -> None:
-    old = {"release": "0.5.9", "patches": [KIMI], "files": {}}
-    assert State.from_json(old) == State("0.5.9", [KIMI], {}, [])
-    assert json.loads(State("0.5.9", [], {}, [SIZES]).to_json())["skipped"] == [SIZES]
+    old = {"release": SEED, "patches": [KIMI], "files": {}}
+    assert State.from_json(old) == State(SEED, [KIMI], {}, [])
+    assert json.loads(State(SEED, [], {}, [SIZES]).to_json())["skipped"] == [SIZES]
 
 
 def test_check_fails_until_applied_and_after_a_reinstall(runner: CliRunner, site_059: Path) -> None:
@@ -131,8 +132,8 @@ def test_check_fails_until_applied_and_after_a_reinstall(runner: CliRunner, site
     assert code == 0 and out == ok, err
 
     # a reinstall puts the wheel's bytes back behind sglpatch's back
-    member = next(m for m in wheels.patch_targets("0.5.9") if m.endswith("all_reduce_utils.py"))
-    (site_059 / member).write_bytes(wheels.member("0.5.9", member))
+    member = next(m for m in wheels.patch_targets(SEED) if m.endswith("all_reduce_utils.py"))
+    (site_059 / member).write_bytes(wheels.member(SEED, member))
     code, _, err = check(runner, site_059)
     assert code == 1 and SIZES in err and all(i not in err for i in IN_PLACE if i != SIZES)
 
@@ -156,7 +157,7 @@ def test_check_reads_the_files_not_only_the_ledger(
     # patched by `patch -p1` from an export, as a Dockerfile without sglpatch does: no ledger
     diff = tmp_path / "sm120.patch"
     code, _, err = invoke(
-        runner, "export", "-V", "0.5.9", "-o", str(diff), "-t", str(site_059), "--ledger",
+        runner, "export", "-V", SEED, "-o", str(diff), "-t", str(site_059), "--ledger",
         str(tmp_path / "elsewhere"),
     )  # fmt: skip
     assert code == 0, err
@@ -168,7 +169,7 @@ def test_check_reads_the_files_not_only_the_ledger(
 def test_check_after_an_upgrade_names_what_the_new_release_lacks(
     runner: CliRunner, tmp_path: Path
 ) -> None:
-    old = wheels.site_packages("0.5.9", tmp_path / "site", wheels.patch_targets("0.5.9"))
+    old = wheels.site_packages(SEED, tmp_path / "site", wheels.patch_targets(SEED))
     assert invoke(runner, "apply", "--target", str(old))[0] == 0
     new = wheels.site_packages("0.5.12", tmp_path / "new", wheels.patch_targets("0.5.12"))
     for info in old.glob("sglang-*.dist-info"):  # `pip install -U sglang` in place

@@ -12,15 +12,16 @@ import pytest
 
 from sglpatch import api
 from sglpatch.errors import ExitCode, RefusedError
-from tests import wheels
 from tests.conftest import snapshot
+from tests.support import wheels
+from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
 
-TARGETS = wheels.patch_targets("0.5.9")
-CHANGED = wheels.applied_targets("0.5.9")  # those a patch applies to (not fixed upstream)
-APPLIED = wheels.expected_states("0.5.9", "applied")
-PRISTINE = wheels.expected_states("0.5.9", "not applied")
+TARGETS = wheels.patch_targets(SEED)
+CHANGED = wheels.applied_targets(SEED)  # those a patch applies to (not fixed upstream)
+APPLIED = wheels.expected_states(SEED, "applied")
+PRISTINE = wheels.expected_states(SEED, "not applied")
 
 
 def states(target: Path, ledger: Path | None = None) -> dict[str, str]:
@@ -30,7 +31,7 @@ def states(target: Path, ledger: Path | None = None) -> dict[str, str]:
 def test_a_checkout_seen_from_python_or_from_its_root(tmp_path: Path) -> None:
     """`apply -t X/python` (no .git: read as site-packages) then `revert -t X` (a checkout)."""
     checkout = tmp_path / "X"
-    wheels.site_packages("0.5.9", checkout / "python", TARGETS)
+    wheels.site_packages(SEED, checkout / "python", TARGETS)
     pristine = snapshot(checkout)
     assert api.apply(checkout / "python", None).written
     assert states(checkout) == APPLIED
@@ -43,21 +44,21 @@ def test_a_checkout_seen_from_python_or_from_its_root(tmp_path: Path) -> None:
 
 
 def test_a_moved_tree_is_patched_not_unpatched(tmp_path: Path) -> None:
-    first = wheels.site_packages("0.5.9", tmp_path / "first", TARGETS)
+    first = wheels.site_packages(SEED, tmp_path / "first", TARGETS)
     assert api.apply(first, None).written
     moved = first.rename(tmp_path / "moved")
-    assert states(moved) == wheels.expected_states("0.5.9", "patched")
+    assert states(moved) == wheels.expected_states(SEED, "patched")
     rows = [row for row in api.status(moved).patches if row.state == "patched"]
     assert all("recorded in another ledger at" in row.note for row in rows)
     assert all(str(first) in row.note for row in rows)  # the target the record was made for
     with pytest.raises(RefusedError, match="recorded in another ledger"):
         api.revert(moved)
     outcomes = {o.patch_id: o.state for o in api.apply(moved, None).outcomes}
-    assert outcomes == wheels.expected_states("0.5.9", "already applied")  # by sglpatch
+    assert outcomes == wheels.expected_states(SEED, "already applied")  # by sglpatch
 
 
 def test_a_relative_ledger_used_from_another_folder(tmp_path: Path) -> None:
-    site = wheels.site_packages("0.5.9", tmp_path / "site", TARGETS)
+    site = wheels.site_packages(SEED, tmp_path / "site", TARGETS)
     here, there = tmp_path / "here", tmp_path / "there"
     here.mkdir()
     there.mkdir()

@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 from sglpatch.cli import app
 from sglpatch.errors import RefusedError, TargetError, UsageError
 from sglpatch.target import Layout, detect_release, find_target, parse_release
-from tests import wheels
 from tests.conftest import snapshot
+from tests.support import wheels
+from tests.support.releases import SEED
 
 USER = {"GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@x", "GIT_COMMITTER_NAME": "u"}
 
@@ -41,12 +42,12 @@ def make_checkout(release: str, root: Path) -> Path:
 
 
 def test_release_sources(tmp_path: Path) -> None:
-    site = wheels.site_packages("0.5.9", tmp_path / "site")
-    assert detect_release(site, Layout.SITE_PACKAGES)[0] == Version("0.5.9")
+    site = wheels.site_packages(SEED, tmp_path / "site")
+    assert detect_release(site, Layout.SITE_PACKAGES)[0] == Version(SEED)
     for info in site.glob("sglang-*.dist-info"):
         (info / "METADATA").unlink()
     found, source = detect_release(site, Layout.SITE_PACKAGES)
-    assert found == Version("0.5.9") and source and source.endswith("_version.py")
+    assert found == Version(SEED) and source and source.endswith("_version.py")
     old = wheels.site_packages("0.5.3", tmp_path / "old")
     for info in old.glob("sglang-*.dist-info"):
         (info / "METADATA").unlink()
@@ -55,9 +56,9 @@ def test_release_sources(tmp_path: Path) -> None:
 
 
 def test_checkout_release_comes_from_its_tag(tmp_path: Path) -> None:
-    root = make_checkout("0.5.9", tmp_path / "sglang")
+    root = make_checkout(SEED, tmp_path / "sglang")
     target = find_target(root, None)
-    assert target.layout is Layout.CHECKOUT and target.release == Version("0.5.9")
+    assert target.layout is Layout.CHECKOUT and target.release == Version(SEED)
     assert target.release_source == "git tag v0.5.9"
     assert find_target(root / "python", None).root == root
     assert find_target(root / "python" / "sglang", None).root == root
@@ -69,7 +70,7 @@ def test_checkout_release_comes_from_its_tag(tmp_path: Path) -> None:
 
 
 def test_version_mismatch_names_both(tmp_path: Path) -> None:
-    site = wheels.site_packages("0.5.9", tmp_path / "site")
+    site = wheels.site_packages(SEED, tmp_path / "site")
     with pytest.raises(RefusedError, match=r"0\.5\.8.*0\.5\.9"):
         find_target(site, Version("0.5.8"))
 
@@ -88,7 +89,7 @@ def test_not_sglang(tmp_path: Path) -> None:
 @pytest.mark.wheel
 def test_a_checkout_keeps_the_users_git_state(tmp_path: Path) -> None:
     runner = CliRunner()
-    root = make_checkout("0.5.9", tmp_path / "sglang")
+    root = make_checkout(SEED, tmp_path / "sglang")
     (root / "README.md").write_text("sglang, edited\n")
     git(root, "stash", "-q")
     git(root, "branch", "feature")
@@ -107,13 +108,13 @@ def test_a_checkout_keeps_the_users_git_state(tmp_path: Path) -> None:
     state = git_state()
     index = (root / ".git" / "index").read_bytes()
     pristine = snapshot(root / "python")
-    result = runner.invoke(app, ["apply", "--version", "0.5.9", "--target", str(root)])
+    result = runner.invoke(app, ["apply", "--version", SEED, "--target", str(root)])
     assert result.exit_code == 0, result.stderr
     assert "checkout" in result.stdout
     assert (root / ".git" / "index").read_bytes() == index  # not even its stat cache
     assert git_state() == state
     changed = git(root, "diff", "--name-only").split()
-    applied = wheels.applied_targets("0.5.9")
+    applied = wheels.applied_targets(SEED)
     assert sorted(changed) == sorted(f"python/{m}" for m in applied)
 
     result = runner.invoke(app, ["status", "--target", str(root)])

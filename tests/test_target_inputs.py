@@ -17,7 +17,8 @@ from sglpatch import reading
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
 from sglpatch.target import Layout, detect_release
-from tests import wheels
+from tests.support import wheels
+from tests.support.releases import SEED
 
 DEEP = "x = " + " + ".join(["a"] * 3000) + "\n"  # RecursionError in ast.parse
 
@@ -33,13 +34,13 @@ def one_line_error(stderr: str, *words: str) -> str:
 def checkout(root: Path) -> Path:
     """A git checkout of the real 0.5.9 (python/sglang/), tagged v0.5.9, with no dist-info or
     `_version.py`: its release can only come from the tag."""
-    site = wheels.site_packages("0.5.9", root / "python", wheels.patch_targets("0.5.9"))
+    site = wheels.site_packages(SEED, root / "python", wheels.patch_targets(SEED))
     for info in site.glob("sglang-*.dist-info"):
         shutil.rmtree(info)
     (site / "sglang" / "_version.py").unlink()
     git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.com"]
     subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "0.5.9"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", SEED], check=True)
     subprocess.run([*git, "tag", "v0.5.9"], check=True)
     return root
 
@@ -51,7 +52,7 @@ def test_a_corrupt_git_config_is_release_unknown_every_time(
     """gitpython's `git cat-file` dies on the config and the request hits a closed pipe: that
     BrokenPipeError once escaped as exit 141 with nothing on stderr, in 3 runs of 5."""
     root = checkout(tmp_path / "sglang")
-    assert str(detect_release(root, Layout.CHECKOUT)[0]) == "0.5.9"
+    assert str(detect_release(root, Layout.CHECKOUT)[0]) == SEED
     (root / ".git" / "config").write_text("[core\n\tbare = \x00zz\n[[[\n")
     for _ in range(10):
         assert detect_release(root, Layout.CHECKOUT) == (None, None)
@@ -72,7 +73,7 @@ def test_doctor_on_a_checkout_whose_tag_is_broken_needs_a_version(
     result = runner.invoke(app, ["doctor", "--target", str(root)])
     assert result.exit_code == ExitCode.USAGE and result.stdout == ""
     one_line_error(result.stderr, "cannot tell which SGLang release", "--version")
-    result = runner.invoke(app, ["doctor", "--target", str(root), "--version", "0.5.9"])
+    result = runner.invoke(app, ["doctor", "--target", str(root), "--version", SEED])
     assert result.exit_code == ExitCode.GAPS, result.stderr
     assert result.stdout.startswith("capability 12 (SGLang 0.5.9): ")
 
@@ -89,7 +90,7 @@ def test_a_version_file_too_deep_to_parse_is_release_unknown(
     result = runner.invoke(app, ["status", "--check", "--target", str(site_059)])
     assert result.exit_code == ExitCode.USAGE, result.stderr
     one_line_error(result.stderr, "cannot tell which SGLang release")
-    result = runner.invoke(app, ["apply", "--target", str(site_059), "--version", "0.5.9"])
+    result = runner.invoke(app, ["apply", "--target", str(site_059), "--version", SEED])
     assert result.exit_code == 0, result.stderr  # given, the release is used
 
 
@@ -108,7 +109,7 @@ def test_a_version_file_that_is_a_fifo_does_not_hang(site_059: Path, fifo: str) 
         pytest.fail(f"status waited on the FIFO {fifo}")
     # The release is still read from the other file (METADATA, or `_version.py`).
     assert done.returncode == 0, done.stderr
-    assert "0.5.9" in done.stdout
+    assert SEED in done.stdout
 
 
 def test_read_regular_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:

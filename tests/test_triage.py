@@ -12,22 +12,23 @@ from types import ModuleType
 
 import pytest
 
-from tests import wheels
+from tests.support import wheels
+from tests.support.releases import SEED, UPGRADE
 
 SCRIPT = wheels.REPO / "scripts" / "sm120_triage.py"
 DOC = wheels.REPO / "docs" / "sm120-upstream.md"
 VERDICTS = wheels.REPO / "docs" / "sm120-verdicts.json"
 # The lead's backport ids: each must stand on the upstream change it backports.
 ASSIGNED = {
-    "sm120-extend-attention-blocks": "0.5.9",
+    "sm120-extend-attention-blocks": SEED,
     "sm120-deep-gemm-off": "0.5.13",
-    "sm120-fp8-block-gemm-triton": "0.5.10",
-    "sm120-mxfp4-moe-backend": "0.5.10",
+    "sm120-fp8-block-gemm-triton": UPGRADE,
+    "sm120-mxfp4-moe-backend": UPGRADE,
     "sm120-hybrid-gdn-backend": "0.5.16",
-    "sm120-triton-kernels-mxfp4-block-k": "0.5.10",
+    "sm120-triton-kernels-mxfp4-block-k": UPGRADE,
 }
 # Small, pure-Python wheels whose diffs hold two backported upstream fixes.
-FIRST, LAST = "0.5.8.post1", "0.5.10"
+FIRST, LAST = "0.5.8.post1", UPGRADE
 
 
 def _load() -> ModuleType:
@@ -124,8 +125,8 @@ def test_a_verdict_file_with_unknown_or_incomplete_verdicts_is_refused(tmp_path:
     bad.write_text(
         json.dumps(
             [
-                {"release": "0.5.9", "verdict": "maybe", "description": "x", "hunks": []},
-                {"release": "0.5.9", "verdict": "backported", "description": "y", "hunks": []},
+                {"release": SEED, "verdict": "maybe", "description": "x", "hunks": []},
+                {"release": SEED, "verdict": "backported", "description": "y", "hunks": []},
             ]
         )
     )
@@ -174,7 +175,7 @@ def test_a_small_range_of_real_wheels_regenerates_the_committed_rows(tmp_path: P
     )
     assert here.read_bytes() == there.read_bytes()
     fresh = _table(here.read_text())
-    committed = [row for row in _table(DOC.read_text()) if row[0] in {"0.5.9", "0.5.10"}]
+    committed = [row for row in _table(DOC.read_text()) if row[0] in {SEED, UPGRADE}]
     assert fresh == committed
     assert {row[3] for row in fresh} >= {
         "backported (`sm120-extend-attention-blocks`)",

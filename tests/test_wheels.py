@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests import wheels
+from tests.support import wheels
+from tests.support.releases import SEED
 
 REPO = Path(__file__).resolve().parent.parent
 # Download 0.5.9 into an empty cache, from a local folder holding its wheel (not the network).
 SCRIPT = """
 import sys
 from pathlib import Path
-from tests import wheels
+from tests.support import wheels
 wheels.CACHE = Path(sys.argv[1])
 wheels.PIP_OPTIONS = ["--no-index", "--find-links", sys.argv[2]]
 print(wheels.wheel("0.5.9").name, file=sys.stdout)
@@ -28,7 +29,7 @@ print(wheels.wheel("0.5.9").name, file=sys.stdout)
 def source(tmp_path: Path) -> Path:
     folder = tmp_path / "index"
     folder.mkdir()
-    (folder / wheels.wheel("0.5.9").name).symlink_to(wheels.wheel("0.5.9"))
+    (folder / wheels.wheel(SEED).name).symlink_to(wheels.wheel(SEED))
     return folder
 
 
@@ -59,7 +60,7 @@ def test_a_download_on_a_terminal_says_what_and_where(tmp_path: Path, source: Pa
     text = shown.decode()
     assert f"downloading the sglang 0.5.9 wheel into {tmp_path / 'cache'}" in text
     assert "about 360 MB" in text and "SGLPATCH_WHEEL_CACHE" in text
-    assert (tmp_path / "cache" / wheels.wheel("0.5.9").name).is_file()
+    assert (tmp_path / "cache" / wheels.wheel(SEED).name).is_file()
 
 
 @pytest.mark.wheel

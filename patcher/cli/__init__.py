@@ -16,6 +16,12 @@ from sglpatch.errors import ExitCode, forget_interrupt
 
 __all__ = ["app", "app_commands", "main"]
 
+# The order `sglpatch --help` lists them in: what a user does first, first.
+ORDER = ("apply", "revert", "status", "log", "list", "export", "doctor")
+app.registered_commands.sort(
+    key=lambda c: ORDER.index(c.name or getattr(c.callback, "__name__", "").rstrip("_"))
+)
+
 
 def main() -> None:
     try:

@@ -8,7 +8,8 @@ from packaging.version import Version
 from sglpatch import engine
 from sglpatch.patches.kimi_k25_eagle3_interface import CLASS, METHODS, KimiK25Eagle3Interface
 from sglpatch.results import AlreadyApplied, Applied
-from tests import proofs, wheels
+from tests.support import proofs, wheels
+from tests.support.matrix import MatrixHooks
 
 KIMI = "sglang/srt/models/kimi_k25.py"
 
@@ -61,3 +62,6 @@ def test_0_5_10_has_it_upstream_and_it_behaves_the_same() -> None:
     assert str(outcome.fixed_in) == "0.5.10"
     result = proofs.drive_eagle3_interface(proofs.model_methods(source, CLASS, METHODS))
     assert result["returned"] == ("embed", "head")
+
+
+MATRIX = MatrixHooks(matrix_expected, matrix_effect)

@@ -15,7 +15,8 @@ from packaging.version import Version
 from sglpatch import engine
 from sglpatch.patches.sm120_cutedsl_gdn_prefill import OURS, UPSTREAM, Sm120CutedslGdnPrefill
 from sglpatch.results import Applied
-from tests import wheels
+from tests.support import wheels
+from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
 
@@ -105,3 +106,6 @@ def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
     for capability, admitted in [((12, 0), False), ((12, 1), False), ((10, 0), True)]:
         if gate(source, name)(capability) is not admitted:
             raise AssertionError(f"{release}: CuTe DSL GDN prefill gate at {capability}")
+
+
+MATRIX = MatrixHooks(matrix_expected, matrix_effect)

@@ -11,8 +11,9 @@ from sglpatch import engine
 from sglpatch.patches.sm120_cutedsl_gdn_prefill import OURS, UPSTREAM
 from sglpatch.patches.sm120_cutedsl_kda_prefill import Sm120CutedslKdaPrefill
 from sglpatch.results import Applied
-from tests import wheels
 from tests.patches.test_sm120_cutedsl_gdn_prefill import gate
+from tests.support import wheels
+from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
 
@@ -77,3 +78,6 @@ def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
     for capability, admitted in [((12, 0), False), ((12, 1), False), ((10, 0), True)]:
         if gate(source, name)(capability) is not admitted:
             raise AssertionError(f"{release}: CuTe DSL KDA prefill gate at {capability}")
+
+
+MATRIX = MatrixHooks(matrix_expected, matrix_effect)

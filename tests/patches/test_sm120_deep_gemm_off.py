@@ -17,8 +17,9 @@ from packaging.version import Version
 from sglpatch import engine
 from sglpatch.patches.sm120_deep_gemm_off import CONFIGURER, Sm120DeepGemmOff
 from sglpatch.results import Applied
-from tests import wheels
-from tests.stand_ins_gemm import DeepGemm, Machine, configurer_flags
+from tests.support import wheels
+from tests.support.matrix import MatrixHooks
+from tests.support.stand_ins_gemm import DeepGemm, Machine, configurer_flags
 
 pytestmark = pytest.mark.wheel
 
@@ -164,3 +165,6 @@ def test_the_fixing_releases_themselves() -> None:
 def test_upstream_releases_are_left_alone() -> None:
     for release in ("0.5.21", "0.5.23"):
         wheels.assert_left_alone(PATCH, release)
+
+
+MATRIX = MatrixHooks(matrix_expected, matrix_effect, matrix_symptom)

@@ -30,8 +30,9 @@ from sglpatch.patches.sm120_diffusion_fa_fallback import (
     Sm120DiffusionFaFallback,
 )
 from sglpatch.results import Applied
-from tests import stand_ins_moe as stand_ins
-from tests import wheels
+from tests.support import stand_ins_moe as stand_ins
+from tests.support import wheels
+from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
 
@@ -280,3 +281,6 @@ def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
             assert choose(source, name, capability, selected) == choose(
                 pristine, name, capability, selected
             )
+
+
+MATRIX = MatrixHooks(matrix_expected, matrix_effect, matrix_symptom)

@@ -16,8 +16,9 @@ from packaging.version import Version
 from sglpatch import engine
 from sglpatch.patches.sm120_extend_attention_blocks import Sm120ExtendAttentionBlocks
 from sglpatch.results import Applied
-from tests import stand_ins_triton as triton_run
-from tests import wheels
+from tests.support import stand_ins_triton as triton_run
+from tests.support import wheels
+from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
 
@@ -146,3 +147,6 @@ def test_the_published_crash_figures() -> None:
     assert _launch(pristine("0.5.8"), *MLA).shared == 106496
     assert _launch(pristine(FIXED), *MLA).shared == 71680
     assert _launch(patched("0.5.8"), *MLA).shared == 71680
+
+
+MATRIX = MatrixHooks(matrix_expected, matrix_effect, matrix_symptom)

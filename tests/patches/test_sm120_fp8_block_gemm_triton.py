@@ -19,8 +19,9 @@ from sglpatch import engine
 from sglpatch.patches.sm120_deep_gemm_off import CONFIGURER, Sm120DeepGemmOff
 from sglpatch.patches.sm120_fp8_block_gemm_triton import FP8_UTILS, Sm120Fp8BlockGemmTriton
 from sglpatch.results import Applied
-from tests import wheels
-from tests.stand_ins_gemm import Machine, configurer_flags, fp8_linear_choice
+from tests.support import wheels
+from tests.support.matrix import MatrixHooks
+from tests.support.stand_ins_gemm import Machine, configurer_flags, fp8_linear_choice
 
 pytestmark = pytest.mark.wheel
 
@@ -165,3 +166,6 @@ def test_before_0_5_6_post2_there_is_no_automatic_choice() -> None:
 def test_upstream_releases_are_left_alone() -> None:
     for release in ("0.5.10", "0.5.16", "0.5.23"):
         wheels.assert_left_alone(PATCH, release)
+
+
+MATRIX = MatrixHooks(matrix_expected, matrix_effect, matrix_symptom)

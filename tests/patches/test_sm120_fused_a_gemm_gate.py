@@ -17,7 +17,8 @@ from packaging.version import Version
 from sglpatch import engine
 from sglpatch.patches.sm120_fused_a_gemm_gate import CLASS, FLAG, Sm120FusedAGemmGate
 from sglpatch.results import AlreadyApplied, Applied
-from tests import wheels
+from tests.support import wheels
+from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
 
@@ -126,3 +127,6 @@ def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
     for sm, taken in [(120, False), (121, False), (90, True), (100, True)]:
         if fused_a_gemm(source, sm) is not taken:
             raise AssertionError(f"{release}: fused_a_gemm at SM {sm}")
+
+
+MATRIX = MatrixHooks(matrix_expected, matrix_effect)

@@ -15,8 +15,9 @@ from packaging.version import Version
 from sglpatch import engine
 from sglpatch.patches.sm120_hybrid_gdn_backend import TARGET, Sm120HybridGdnBackend
 from sglpatch.results import Applied
-from tests import stand_ins_moe as stand_ins
-from tests import wheels
+from tests.support import stand_ins_moe as stand_ins
+from tests.support import wheels
+from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
 
@@ -184,3 +185,6 @@ def test_other_capabilities_admit_what_they_admitted(
 def test_capability_10_keeps_its_own_list() -> None:
     assert admitted(_patched("0.5.9"), "0.5.9", (10, 0)) == {"triton", "trtllm_mha"}
     assert admitted(_patched("0.5.4.post2"), "0.5.4.post2", (10, 0)) == {"triton"}
+
+
+MATRIX = MatrixHooks(matrix_expected, matrix_effect, matrix_symptom)

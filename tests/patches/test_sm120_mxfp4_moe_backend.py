@@ -13,8 +13,9 @@ from packaging.version import Version
 from sglpatch import engine
 from sglpatch.patches.sm120_mxfp4_moe_backend import TARGET, Sm120Mxfp4MoeBackend
 from sglpatch.results import Applied
-from tests import stand_ins_moe as stand_ins
-from tests import wheels
+from tests.support import stand_ins_moe as stand_ins
+from tests.support import wheels
+from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
 
@@ -209,3 +210,6 @@ def test_a_backend_the_user_chose_is_kept_as_0_5_10_keeps_it(
     upstream = wheels.member(FIXED, _path(FIXED))
     assert choice(_patched("0.5.9"), "0.5.9", capability, requested=requested) == requested
     assert choice(upstream, FIXED, capability, requested=requested) == requested
+
+
+MATRIX = MatrixHooks(matrix_expected, matrix_effect, matrix_symptom)

@@ -22,7 +22,8 @@ from packaging.version import Version
 from sglpatch import engine
 from sglpatch.patches.sm120_nvfp4_moe_backend import METHOD, Sm120Nvfp4MoeBackend
 from sglpatch.results import Applied
-from tests import wheels
+from tests.support import wheels
+from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
 
@@ -179,3 +180,6 @@ def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
         chosen = resolve(source, capability, "modelopt_fp4", "auto")
         if chosen != ("flashinfer_cutlass", None):
             raise AssertionError(f"{release} at {capability}: NVFP4 MoE `auto` -> {chosen}")
+
+
+MATRIX = MatrixHooks(matrix_expected, matrix_effect)

@@ -16,8 +16,9 @@ from packaging.version import Version
 from sglpatch import engine
 from sglpatch.patches.sm120_prefill_attention_block import Sm120PrefillAttentionBlock
 from sglpatch.results import Applied
-from tests import stand_ins_triton as triton_run
-from tests import wheels
+from tests.support import stand_ins_triton as triton_run
+from tests.support import wheels
+from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
 
@@ -107,3 +108,6 @@ def test_the_issue_figures() -> None:
     """Head size 256 at capability 12: 163840 bytes with BLOCK = 128, 73728 with 64."""
     assert _launch(pristine("0.5.9"), 256).shared == 163840
     assert _launch(patched("0.5.9"), 256).shared == 73728
+
+
+MATRIX = MatrixHooks(matrix_expected, matrix_effect, matrix_symptom)

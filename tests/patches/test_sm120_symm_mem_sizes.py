@@ -8,7 +8,8 @@ from packaging.version import Version
 from sglpatch import engine
 from sglpatch.patches.sm120_symm_mem_sizes import Sm120SymmMemSizes
 from sglpatch.results import Applied
-from tests import proofs, wheels
+from tests.support import proofs, wheels
+from tests.support.matrix import MatrixHooks
 
 SIZES = f"{wheels.COMMUNICATORS}/all_reduce_utils.py"
 COMMUNICATOR = f"{wheels.COMMUNICATORS}/torch_symm_mem.py"
@@ -61,3 +62,6 @@ def test_the_communicator_reads_the_new_row() -> None:
     # The size row alone gets past __init__; all_reduce still needs the two-shot patch.
     with pytest.raises(KeyError, match="12"):
         proofs.communicator_run(communicator, change.after, "TorchSymmMemCommunicator", 12, 8)
+
+
+MATRIX = MatrixHooks(matrix_expected, matrix_effect)

@@ -9,8 +9,9 @@ from sglpatch import engine
 from sglpatch.patches.sm120_symm_mem_sizes import Sm120SymmMemSizes
 from sglpatch.patches.sm120_symm_mem_two_shot import Sm120SymmMemTwoShot
 from sglpatch.results import AlreadyApplied, Applied
-from tests import proofs, wheels
 from tests.patches.test_sm120_symm_mem_sizes import table_name
+from tests.support import proofs, wheels
+from tests.support.matrix import MatrixHooks
 
 SIZES = f"{wheels.COMMUNICATORS}/all_reduce_utils.py"
 COMMUNICATOR = f"{wheels.COMMUNICATORS}/torch_symm_mem.py"
@@ -126,3 +127,6 @@ def test_with_multicast_patched_0_5_9_is_enabled_and_uses_two_shot() -> None:
         communicator, sizes, "TorchSymmMemCommunicator", 12, 8, multicast=True
     )
     assert run.rendezvous and run.enabled and run.kernel == "two_shot"
+
+
+MATRIX = MatrixHooks(matrix_expected, matrix_effect, matrix_symptom)

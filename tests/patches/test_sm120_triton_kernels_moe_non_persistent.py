@@ -2,7 +2,7 @@
 
 The whole `triton_kernels_moe.py` of a release (patched or not) is executed as its import would
 run it, with every import served by a stand-in: the capability helpers are the release's own
-(tests/stand_ins_moe.py), `update_opt_flags_constraints` records what it is asked for, anything
+(tests/support/stand_ins_moe.py), `update_opt_flags_constraints` records what it is asked for, anything
 else is an inert mock. Nothing imports torch, triton_kernels or SGLang.
 """
 
@@ -24,8 +24,9 @@ from sglpatch.patches.sm120_triton_kernels_moe_non_persistent import (
     Sm120TritonKernelsMoeNonPersistent,
 )
 from sglpatch.results import Applied
-from tests import stand_ins_moe as stand_ins
-from tests import wheels
+from tests.support import stand_ins_moe as stand_ins
+from tests.support import wheels
+from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
 
@@ -138,3 +139,6 @@ def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
     if release < FIXED:
         for capability in stand_ins.OTHERS:
             assert import_time_constraints(source, name, capability) == []
+
+
+MATRIX = MatrixHooks(matrix_expected, matrix_effect, matrix_symptom)

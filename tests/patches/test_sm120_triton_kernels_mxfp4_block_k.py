@@ -16,8 +16,9 @@ from sglpatch.patches.sm120_triton_kernels_mxfp4_block_k import (
     Sm120TritonKernelsMxfp4BlockK,
 )
 from sglpatch.results import Applied
-from tests import stand_ins_moe as stand_ins
-from tests import wheels
+from tests.support import stand_ins_moe as stand_ins
+from tests.support import wheels
+from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
 
@@ -110,3 +111,6 @@ def test_b200_keeps_the_persistent_kernel() -> None:
     swizzle = stand_ins.run_swizzle(_patched("0.5.9"), "0.5.9", (10, 0))
     assert swizzle == stand_ins.Swizzle("default", {"is_persistent": True, "epilogue_subtile": 1})
     assert stand_ins.run_swizzle(_patched("0.5.9"), "0.5.9", (9, 0)).constraints == {"split_k": 1}
+
+
+MATRIX = MatrixHooks(matrix_expected, matrix_effect, matrix_symptom)

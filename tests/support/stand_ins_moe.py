@@ -27,7 +27,7 @@ from functools import lru_cache, partial
 from typing import Any
 from unittest import mock
 
-from tests import wheels
+from tests.support import wheels
 
 COMMON = "sglang/srt/utils/common.py"
 CAPABILITIES = [(8, 9), (9, 0), (10, 0), (12, 0), (12, 1)]

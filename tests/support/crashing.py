@@ -1,4 +1,4 @@
-"""`python -m tests.crashing WHEN -- ARGS`: run the sglpatch CLI and be killed mid-write.
+"""`python -m tests.support.crashing WHEN -- ARGS`: run the sglpatch CLI and be killed mid-write.
 
 WHEN is `N`: die (os._exit, as SIGKILL would: no cleanup, no finally) at the Nth write step
 (journal, stage, ledger-commit or replace); or `SIG@N+DELAY`: at the Nth write step, start a

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from unittest import mock
 
-from tests import wheels
+from tests.support import wheels
 
 COMMON = "sglang/srt/utils/common.py"
 ENVIRON = "sglang/srt/environ.py"

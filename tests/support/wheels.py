@@ -15,20 +15,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sglpatch.patch import Patch
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.releases import RELEASES
+
+REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("SGLPATCH_WHEEL_CACHE", REPO / ".cache" / "wheels"))
 
-# Every published release from 0.5.3 to the newest the catalogue is tested on.
-RELEASES = [
-    "0.5.3", "0.5.3.post1", "0.5.3.post2", "0.5.3.post3",
-    "0.5.4", "0.5.4.post1", "0.5.4.post2", "0.5.4.post3",
-    "0.5.5", "0.5.5.post1", "0.5.5.post2", "0.5.5.post3",
-    "0.5.6", "0.5.6.post1", "0.5.6.post2",
-    "0.5.7", "0.5.8", "0.5.8.post1", "0.5.9", "0.5.10", "0.5.10.post1",
-    "0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14",
-    "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19",
-    "0.5.20", "0.5.21", "0.5.22", "0.5.23",
-]  # fmt: skip
 
 # Where pip finds the wheels (a test points it at a local folder instead of the index).
 PIP_OPTIONS = ["--only-binary=:all:"]
