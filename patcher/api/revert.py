@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from sglpatch.api.common import commit_message, elsewhere_note, read_or_none, record_of
 from sglpatch.errors import LedgerError, RefusedError
@@ -30,30 +31,13 @@ def revert(
         if not state.files:
             _refuse_foreign(record)
             return RevertReport(target, record.directory, (), (), (), None, done)
-        writes: list[journal.Write] = []
-        untouched: list[str] = []
-        edited: dict[str, bytes] = {}
-        replaced: list[str] = []  # no longer regular files: never written over, even forced
-        for path, file in sorted(state.files.items()):
-            location = record.locate(path)
-            digest = journal.current(location)
-            now = read_or_none(location) if digest else None
-            original = record.stored("original", path)
-            if sha256(original) != file.original:
-                raise LedgerError(
-                    f"the recorded original of {path} is damaged", str(record.directory)
-                )
-            if digest == file.original:
-                untouched.append(path)
-                continue
-            if digest == "":
-                replaced.append(path)
-                continue
-            if digest is None and not force:
-                raise RefusedError(f"{path} is missing; revert --force recreates it")
-            if now is not None and digest != file.patched:
-                edited[path] = now
-            writes.append(journal.Write(path, digest, original, now))
+        plan = _plan(record, state, force)
+        writes, untouched, edited, replaced = (
+            plan.writes,
+            plan.untouched,
+            plan.edited,
+            plan.replaced,
+        )
         if (edited or replaced) and not force:
             raise RefusedError(_edited_message(target, state, sorted(edited), replaced))
         kept = {path: state.files[path] for path in replaced}
@@ -81,6 +65,37 @@ def revert(
             done,
             tuple(replaced),
         )
+
+
+class _Plan(NamedTuple):
+    writes: list[journal.Write]
+    untouched: list[str]  # already back to the original bytes
+    edited: dict[str, bytes]  # changed since sglpatch patched them: their bytes, kept if forced
+    replaced: list[str]  # no longer regular files: never written over, even forced
+
+
+def _plan(record: Record, state: State, force: bool) -> _Plan:
+    """What reverting each recorded file takes, judged from its bytes now."""
+    plan = _Plan([], [], {}, [])
+    for path, file in sorted(state.files.items()):
+        location = record.locate(path)
+        digest = journal.current(location)
+        now = read_or_none(location) if digest else None
+        original = record.stored("original", path)
+        if sha256(original) != file.original:
+            raise LedgerError(f"the recorded original of {path} is damaged", str(record.directory))
+        if digest == file.original:
+            plan.untouched.append(path)
+            continue
+        if digest == "":
+            plan.replaced.append(path)
+            continue
+        if digest is None and not force:
+            raise RefusedError(f"{path} is missing; revert --force recreates it")
+        if now is not None and digest != file.patched:
+            plan.edited[path] = now
+        plan.writes.append(journal.Write(path, digest, original, now))
+    return plan
 
 
 def _refuse_foreign(record: Record) -> None:

@@ -107,6 +107,22 @@ def apply(
         if report.failures:
             raise typer.Exit(ExitCode.TARGET)
         return
+    _show(report, dry_run)
+    again = suggest(
+        "apply",
+        target=target,
+        ledger=ledger,
+        version=version,
+        force=force,
+        only=only,
+        skip=skip,
+        catalog=catalog,
+    )
+    _conclude(report, dry_run, again, suggest("revert", target=target, ledger=ledger))
+
+
+def _show(report: api.ApplyReport, dry_run: bool) -> None:
+    """The target, then a row per patch; a patch that failed stops here (exit 3)."""
     err = dry_run  # a dry run's stdout is the diff alone, so it can be saved as a patch file
     if report.finished:
         typer.echo(f"Finished an interrupted {report.finished} first.", err=True)
@@ -121,29 +137,23 @@ def apply(
         state = "would apply" if dry_run and outcome.state == "applied" else outcome.state
         patch_row(state, outcome.patch_id, describe(outcome), err=err)
     fail_on(report.failures)
+
+
+def _conclude(report: api.ApplyReport, dry_run: bool, again: str, undo: str) -> None:
+    """The diff of a dry run, or what was written, and the command to run next."""
     if dry_run:
         if report.diff:
             typer.echo(coloured_diff(report.diff), nl=False, color=colour())
         typer.echo(
             f"Dry run: {len(report.changed)} file(s) would change; nothing was written. "
-            "Apply: "
-            + suggest(
-                "apply",
-                target=target,
-                ledger=ledger,
-                version=version,
-                force=force,
-                only=only,
-                skip=skip,
-                catalog=catalog,
-            ),
+            f"Apply: {again}",
             err=True,
         )
     elif report.written and report.changed:
         commit = report.commit[:10] if report.commit else "?"
         typer.echo(
             f"Patched {len(report.changed)} file(s); recorded in {report.ledger} "
-            f"(commit {commit}). Undo: {suggest('revert', target=target, ledger=ledger)}"
+            f"(commit {commit}). Undo: {undo}"
         )
     elif report.written:
         typer.echo(f"No file changed; recorded the patches left out as skipped in {report.ledger}.")
