@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,13 +11,38 @@ from typer.testing import CliRunner
 
 from tests.support import wheels
 
+# The user's own home, before the session moves HOME away from it (see `_isolate_the_session`).
+REAL_HOME = Path.home()
+
+
+def _isolate_the_session() -> Path:
+    """Module- and session-scoped fixtures run before the autouse `isolated`: move HOME, the
+    XDG state and config folders and git's config away from the user's for the whole run, so
+    nothing a test does reaches `~/.local/state/sglpatch` (pip keeps the user's cache)."""
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="sglpatch-tests-home-"))
+    os.environ.setdefault("PIP_CACHE_DIR", str(REAL_HOME / ".cache" / "pip"))
+    os.environ.update(
+        HOME=str(home),
+        XDG_STATE_HOME=str(home / "state"),
+        XDG_CONFIG_HOME=str(home / "config"),
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_CONFIG_NOSYSTEM="1",
+    )
+    os.environ.pop("SGLPATCH_LEDGER", None)
+    return home
+
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Let the first wheel download show its progress on the terminal, past pytest's capture.
+    """Isolate the whole session from the user's home; let the first wheel download show its
+    progress on the terminal, past pytest's capture.
 
     Run with pytest-xdist (`-n`), the controller downloads every release before the workers
     start, where the user sees it; the workers then find them all in the cache.
     """
+    home = _isolate_the_session()
+    config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
     capture = config.pluginmanager.getplugin("capturemanager")
     if capture is not None:
         wheels.terminal = capture.global_and_fixture_disabled
