@@ -148,6 +148,7 @@ def doctor(report: api.DoctorReport) -> JSON:
         "refusals": [_finding(f) for f in found.refusals],
         "not_judged": [{"file": file, "why": why} for file, why in found.not_judged],
         "kernels": None if report.kernels is None else [k.to_json() for k in report.kernels],
+        "kernels_from": str(report.kernels_from) if report.kernels_from else None,
     }
 
 

@@ -102,6 +102,7 @@ class DoctorReport(NamedTuple):
     diagnosis: Diagnosis  # its blockers include the kernel packages' (source: the kernels)
     # The compiled packages beside SGLang (None: not judged, the target is a checkout).
     kernels: tuple[KernelFinding, ...] | None = None
+    kernels_from: Path | None = None  # the site-packages they were read in
 
 
 class ExportReport(NamedTuple):

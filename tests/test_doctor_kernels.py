@@ -85,3 +85,22 @@ def test_without_kernel_packages_nothing_blocks_and_they_are_named(
     data = json.loads(runner.invoke(app, ["doctor", "--target", str(site_059), "--json"]).stdout)
     assert kernel_blockers(data) == []
     assert {k["runs_on"]["12.1"] for k in data["kernels"]} == {None}
+
+
+def test_a_checkout_is_judged_in_the_environment_that_found_it(tmp_path: Path) -> None:
+    """An editable install: the kernels are those of the venv that discovery asked."""
+    import dataclasses
+
+    from packaging.version import Version
+
+    from sglpatch.api.doctor import _environment
+    from sglpatch.target import Layout, Target
+
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    checkout = Target(tmp_path / "sglang", Layout.CHECKOUT, Version(SEED), "tag v0.5.9", None, ())
+    assert _environment(checkout) is None  # given by --target: no environment is known
+    found = dataclasses.replace(checkout, found_by=f"$VIRTUAL_ENV at {tmp_path / 'venv'}")
+    assert _environment(found) == site
+    installed = Target(site, Layout.SITE_PACKAGES, Version(SEED), "METADATA", None, ())
+    assert _environment(installed) == site

@@ -10,7 +10,7 @@ from sglpatch import catalogue
 from sglpatch.errors import UsageError
 from sglpatch.reading import read_regular
 from sglpatch.reports import DoctorReport
-from sglpatch.target import Layout, find_target, parse_release
+from sglpatch.target import Layout, Target, find_target, parse_release
 
 if TYPE_CHECKING:
     from sglpatch.doctor.kernels import KernelFinding
@@ -39,29 +39,36 @@ def diagnose(
         if model is not None:
             raise UsageError("give --model or --model-path, not both")
         model = _architecture(model_path)
-    from sglpatch import warmup
     from sglpatch.doctor import verdict  # its scanners load only for this command
 
-    if target.release is not None:  # always, found or given
-        warmup.submit(target.package_dir, target.release, catalog)
-    try:
-        result = verdict.diagnose(
-            target.package_dir,
-            target.release,
-            catalogue.load(catalog),
-            model,
-            strict=strict,
-            progress=progress,
-        )
-    finally:
-        warmup.stop()  # answered, not needed, or the diagnosis failed: it ends here
-    if target.layout is not Layout.SITE_PACKAGES:
+    result = verdict.diagnose(
+        target.package_dir,
+        target.release,
+        catalogue.load(catalog),
+        model,
+        strict=strict,
+        progress=progress,
+    )
+    site = _environment(target)
+    if site is None:
         return DoctorReport(target, result, None)
     from sglpatch.doctor import kernels
 
-    found = tuple(kernels.inspect(target.root, CAPABILITIES))
+    found = tuple(kernels.inspect(site, CAPABILITIES))
     blockers = tuple(_kernel_blocker(f) for f in found if any(map(f.blocks, CAPABILITIES)))
-    return DoctorReport(target, result._replace(blockers=result.blockers + blockers), found)
+    return DoctorReport(target, result._replace(blockers=result.blockers + blockers), found, site)
+
+
+def _environment(target: Target) -> Path | None:
+    """The site-packages whose kernels SGLang runs with: the target's own, or for a checkout,
+    that of the environment discovery found it through (an editable install); else None."""
+    if target.layout is Layout.SITE_PACKAGES:
+        return target.root
+    if target.found_by is None or " at " not in target.found_by:
+        return None  # a checkout given by --target: no environment is known
+    prefix = Path(target.found_by.split(" at ", 1)[1])
+    sites = sorted(prefix.glob("lib/python3*/site-packages"))
+    return sites[0] if sites else None
 
 
 # Both capability-12 parts: 12.0 (RTX PRO 6000, RTX 5090) and 12.1 (GB10, DGX Spark).

@@ -149,10 +149,12 @@ def _print_kernels(report: api.DoctorReport) -> None:
     """The compiled packages beside SGLang: those installed in a few lines each, the rest named."""
     if report.kernels is None:
         typer.echo(
-            "\nKernels: not judged (a checkout: run doctor with --target set to the "
-            "site-packages of the environment that runs it)"
+            "\nKernels: not judged (a checkout found by --target: no environment is known; run "
+            "doctor with --target set to the site-packages of the environment that runs it)"
         )
         return
+    if report.kernels_from is not None and report.kernels_from != report.target.root:
+        typer.echo(f"\nKernels read in {report.kernels_from}, the environment that found it.")
     from sglpatch.doctor import kernels
 
     installed = [k for k in report.kernels if k.version is not None]
