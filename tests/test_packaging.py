@@ -102,6 +102,40 @@ def test_pipx_install_finds_the_users_sglang_through_python3(
     assert status["found_by"].startswith("python3 on PATH at ")
 
 
+@pytest.mark.wheel
+def test_the_readme_first_command_works_before_pipx_bin_is_on_path(
+    fresh_venv: Path, tmp_path: Path
+) -> None:
+    """A first-time pipx user: pipx just installed (its own venv), its bin folder not on PATH,
+    sglang 0.5.9 in the active virtual environment. The README's line, run by sh as written."""
+    from tests.test_readme import FIRST_COMMAND
+
+    run(fresh_venv / "bin" / "python", "-m", "pip", "install", "--quiet", "pipx")
+    user_venv = tmp_path / "user-venv"
+    site = user_venv / "lib" / "python3.11" / "site-packages"
+    wheels.site_packages(SEED, site, wheels.patch_targets(SEED))
+    (user_venv / "bin").mkdir()
+    (user_venv / "bin" / "python").write_text(
+        f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n'
+    )
+    (user_venv / "bin" / "python").chmod(0o755)
+    home = tmp_path / "home"
+    env = {
+        "HOME": str(home),
+        "PATH": f"{fresh_venv / 'bin'}:/usr/bin:/bin",  # pipx, not its bin folder
+        "VIRTUAL_ENV": str(user_venv),
+        "SGLPATCH_LEDGER": str(tmp_path / "ledger"),
+        "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR", str(home / ".cache" / "pip")),
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    done = subprocess.run(
+        ["sh", "-c", FIRST_COMMAND], cwd=REPO, env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "+    12: {" in done.stdout and "would change; nothing was written" in done.stderr
+    assert (home / ".local" / "bin").as_posix() not in env["PATH"]
+
+
 def test_shell_completion(fresh_venv: Path) -> None:
     sglpatch = fresh_venv / "bin" / "sglpatch"
     assert "_SGLPATCH_COMPLETE" in run(sglpatch, "--show-completion", "bash")
