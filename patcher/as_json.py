@@ -92,6 +92,8 @@ def check(report: api.CheckReport) -> JSON:
 
 def log(report: api.LogReport) -> JSON:
     return {
+        "found_by": report.target.found_by,
+        "also_found": list(report.target.also_found),
         "ledger": str(report.ledger),
         "entries": [
             {"commit": e.commit, "date": e.date, "summary": e.summary, "message": e.message}
@@ -130,6 +132,8 @@ def doctor(report: api.DoctorReport) -> JSON:
     return {
         "release": str(found.release) if found.release else None,
         "target": str(report.target.root),
+        "found_by": report.target.found_by,
+        "also_found": list(report.target.also_found),
         "verdict": found.verdict,
         "ready": found.ready,
         "strict": found.strict,

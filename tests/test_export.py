@@ -55,3 +55,29 @@ def test_export_checks_the_release(runner: CliRunner, site_059: Path, tmp_path: 
     )
     assert result.exit_code == ExitCode.REFUSED and UPGRADE in result.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_export_takes_the_release_of_the_target_and_a_hint_that_survives_the_cd(
+    runner: CliRunner, site_059: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No --version needed (as for apply); the command it suggests names the diff absolutely,
+    so `cd <target> && patch -p1 < <diff>` works from anywhere."""
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["export", "--output", "sm120.patch", "--target", str(site_059)])
+    assert result.exit_code == 0, result.stderr
+    assert f"patch -p1 < {tmp_path / 'sm120.patch'}" in result.stdout
+    copy = wheels.site_packages(SEED, tmp_path / "copy", wheels.patch_targets(SEED))
+    command = result.stdout.split("with: ")[1].strip()
+    subprocess.run(["sh", "-c", command], cwd=copy, check=True, capture_output=True)
+    api.apply(site_059, None)
+    assert snapshot(copy) == snapshot(site_059)
+
+
+def test_doctor_and_log_json_say_how_the_target_was_found(
+    runner: CliRunner, site_059: Path
+) -> None:
+    import json
+
+    for argv in (["log", "--json"], ["doctor", "--json"]):
+        data = json.loads(runner.invoke(app, [*argv, "--target", str(site_059)]).stdout)
+        assert data["found_by"] is None and data["also_found"] == [], argv

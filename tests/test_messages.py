@@ -32,7 +32,7 @@ def invoke(runner: CliRunner, args: list[str]) -> tuple[int, str, str]:
         (["aply"], ["No such command 'aply'", "Did you mean 'apply'?", "sglpatch --help"]),
         (["apply", "--dry-rn"], ["--dry-rn", "did you mean --dry-run?", "sglpatch apply --help"]),
         (["status", "--jsn"], ["--jsn", "did you mean --json?", "sglpatch status --help"]),
-        (["export", "--output", "x"], ["Missing option '--version'", "sglpatch export --help"]),
+        (["export"], ["Missing option '--output'", "sglpatch export --help"]),
         (["apply", "--target"], ["'--target' requires an argument"]),
     ],
 )

@@ -45,7 +45,7 @@ def _row(patch: Patch, release: Version | None) -> CatalogueRow:
 
 def export(
     target_path: Path | None,
-    version: str,
+    version: str | None,
     output: str,
     ledger_dir: Path | None = None,
     *,
@@ -57,7 +57,7 @@ def export(
     Files sglpatch already patched are diffed from their recorded originals, so the export is
     the same whether or not the target is patched now. Nothing in the target is written.
     """
-    target = find_target(target_path, parse_release(version))
+    target = find_target(target_path, parse_release(version) if version else None)
     release = release_of(target)
     patches, _, _ = patches_for(release, catalog, force)
     record = record_of(target, ledger_dir)

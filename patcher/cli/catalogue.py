@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -9,7 +11,14 @@ import typer
 from sglpatch import api, as_json
 from sglpatch.cli.app import app
 from sglpatch.cli.errors import handled
-from sglpatch.cli.options import CatalogOption, ForceApply, JsonOption, LedgerOption, TargetOption
+from sglpatch.cli.options import (
+    CatalogOption,
+    ForceApply,
+    JsonOption,
+    LedgerOption,
+    TargetOption,
+    VersionOption,
+)
 from sglpatch.cli.output import emit, fail_on, say_found
 from sglpatch.usage import examples
 
@@ -74,12 +83,10 @@ def _catalogue_row(row: api.CatalogueRow, indent: str = "") -> None:
 )
 @handled
 def export(
-    version: Annotated[
-        str, typer.Option("--version", "-V", help="SGLang release the target must be.")
-    ],
     output: Annotated[
         str, typer.Option("--output", "-o", help="File to write the diff to; - for stdout.")
     ],
+    version: VersionOption = None,
     target: TargetOption = None,
     ledger: LedgerOption = None,
     force: ForceApply = False,
@@ -92,7 +99,8 @@ def export(
     if output == "-":
         typer.echo(report.diff, nl=False)
         return
+    written = shlex.quote(str(Path(output).absolute()))  # still right after the `cd` it implies
     typer.echo(
         f"Wrote {output}: {len(report.changed)} file(s), from SGLang {report.target.release}. "
-        f"Apply it in {report.target.root} with: patch -p1 < {output}"
+        f"Apply it in {report.target.root} with: patch -p1 < {written}"
     )
