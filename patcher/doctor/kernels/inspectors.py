@@ -151,14 +151,8 @@ def flashinfer_python(
         return not_judged(
             "flashinfer-python", version, caps, f"its JIT nvcc {nvcc} ({how}): {tool.problem}"
         )
-    runs: dict[str, bool | None] = {}
-    for cap in caps:
-        c = parse_capability(cap)
-        # FlashInfer compiles `sm_<major><minor>a` for majors 9 and up (compilation_context.py).
-        runs[cap] = None if c is None else tool.knows(f"sm_{c[0]}{c[1]}a")
-    wanted = [f"sm_{c[0]}{c[1]}a" for c in map(parse_capability, caps) if c]
-    knows = [t for t in wanted if tool.knows(t)]
-    lacks = [t for t in wanted if tool.knows(t) is False]
+    # FlashInfer compiles `sm_<major><minor>a` for majors 9 and up (compilation_context.py).
+    runs, knows, lacks = tool.arch_specific(caps)
     why = f"JIT-compiles with {nvcc} (from {how}), CUDA {tool.release_text}"
     why += f"; it knows {', '.join(knows)}" if knows else ""
     why += f"; it does not know {', '.join(lacks)}" if lacks else ""

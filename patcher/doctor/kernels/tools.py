@@ -12,9 +12,11 @@ import re
 import signal
 import stat
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
+
+from sglpatch.doctor.kernels.archs import parse_capability
 
 _TIMEOUT_S = 10.0
 _RELEASE = re.compile(r"release (\d+)\.(\d+)")
@@ -48,6 +50,22 @@ class Tool(NamedTuple):
         if first is None or self.release is None:
             return None
         return self.release >= first
+
+    def arch_specific(
+        self, caps: Sequence[str]
+    ) -> tuple[dict[str, bool | None], list[str], list[str]]:
+        """Per capability, whether it knows that capability's `sm_<major><minor>a`, which Triton
+        and FlashInfer's JIT compile for; then the targets it knows and those it lacks."""
+        runs: dict[str, bool | None] = {}
+        wanted = []
+        for cap in caps:
+            c = parse_capability(cap)
+            runs[cap] = None if c is None else self.knows(f"sm_{c[0]}{c[1]}a")
+            if c is not None:
+                wanted.append(f"sm_{c[0]}{c[1]}a")
+        knows = [t for t in wanted if self.knows(t)]
+        lacks = [t for t in wanted if self.knows(t) is False]
+        return runs, knows, lacks
 
 
 def probe(path: Path, environ: Mapping[str, str]) -> Tool:

@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sglpatch.doctor.kernels import tools
-from sglpatch.doctor.kernels.archs import parse_capability
 from sglpatch.doctor.kernels.packages import Distributions, literals, read_text
 from sglpatch.doctor.kernels.verdict import KernelFinding, not_judged
 
@@ -55,13 +54,7 @@ def inspect_triton(
     details = {"ptxas": str(tool.path), "ptxas_from": source, "ptxas_version": tool.release_text}
     if tool.problem:
         return not_judged("triton", version, caps, f"ptxas {rel}: {tool.problem}", **details)
-    runs: dict[str, bool | None] = {}
-    for cap in caps:
-        c = parse_capability(cap)
-        runs[cap] = None if c is None else tool.knows(f"sm_{c[0]}{c[1]}a")
-    wanted = [f"sm_{c[0]}{c[1]}a" for c in map(parse_capability, caps) if c]
-    knows = [t for t in wanted if tool.knows(t)]
-    lacks = [t for t in wanted if tool.knows(t) is False]
+    runs, knows, lacks = tool.arch_specific(caps)  # Triton compiles `sm_<cap>a` (compiler.py)
     why = f"ptxas {rel} ({source}) is CUDA {tool.release_text}"
     why += f"; it knows {', '.join(knows)}" if knows else ""
     why += f"; it does not know {', '.join(lacks)}: every kernel compile fails" if lacks else ""
