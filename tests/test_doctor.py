@@ -22,11 +22,11 @@ from typer.testing import CliRunner
 
 from sglpatch import api, catalogue, cli
 from sglpatch.cli import app
-from sglpatch.doctor import coverage, devices, scanner
+from sglpatch.doctor import coverage, devices, pool, scanner
 from sglpatch.doctor.source_tree import Source
 from sglpatch.errors import CatalogueError, ExitCode
 from sglpatch.results import Applied
-from tests import wheels
+from tests.support import wheels
 
 KIMI = "KimiK25ForConditionalGeneration"
 KIMI_PATCH = "kimi-k25-eagle3-interface"
@@ -574,21 +574,32 @@ def test_coverage_refuses_a_patch_path_that_leaves_the_package(
         coverage.check(package, Version("0.5.9"), [patch])
 
 
-def test_the_scan_shared_with_a_worker_process_equals_the_scan_in_one(
-    trees: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+def started_scan(source: Source, workers: pool.Pool) -> scanner.Scan:
+    """A scan of the tree handed to `workers` (opened when the tree is large and a second core
+    is there), as `verdict.diagnose` starts it."""
+    scan = scanner.Scan(source, devices.helpers_of(source), workers)
+    workers.start(len(scan.listed))
+    scan.start()
+    return scan
+
+
+needs_pool = pytest.mark.skipif(
+    pool.usable_cores() < 2, reason="one core: the scan runs in one process anyway"
+)
+
+
+@needs_pool
+def test_the_scan_shared_with_worker_processes_equals_the_scan_in_one(
+    trees: dict[str, Path],
 ) -> None:
     source = Source(trees["0.5.9"] / "sglang")
-    helpers = devices.helpers_of(source)
-    shared = scanner.Scan(source, helpers)
-    if shared.worker is None:
-        pytest.skip("no fork or no second core here: the scan runs in one process anyway")
-    worker = shared.worker
-    found = shared.result()
-    assert not _alive(worker)  # stopped and reaped, not left behind
-    monkeypatch.setattr(scanner, "_FORK", False)
-    alone = scanner.Scan(source, helpers)
-    assert alone.worker is None
-    assert found == alone.result()
+    with pool.Pool() as workers:
+        shared = started_scan(source, workers)
+        assert workers.executor is not None
+        processes = list(workers.executor._processes.values())
+        found = shared.result()
+    assert processes and not any(p.is_alive() for p in processes)  # ended and reaped
+    assert found == scanner.scan(source, devices.helpers_of(source))
     assert len(found) > 20  # a real tree's gates, in the same order
 
 
@@ -599,15 +610,16 @@ def test_git_grep_picks_the_files_the_byte_tests_would(
     """git finds the words in one pass; without it every file is tested here, alike."""
     source = Source(trees[release] / "sglang")
     helpers = devices.helpers_of(source)
-    monkeypatch.setattr(scanner, "_FORK", False)
-    picked = scanner.Scan(source, helpers)
     if scanner._GitGrep(source).files() is None:
         pytest.skip("no git here: every file is tested in Python anyway")
+    picked = scanner.Scan(source, helpers)
+    picked.start()
     monkeypatch.setenv("PATH", "")  # no git to run
     assert scanner._GitGrep(source).files() is None
     every = scanner.Scan(source, helpers)
+    every.start()
     assert len(picked.jobs) < len(every.jobs) / 4  # most files hold none of the words
-    rejected = {job for job in every.jobs} - set(picked.jobs)
+    rejected = set(every.jobs) - set(picked.jobs)
     for path, shown in rejected:  # what git left out, the byte tests reject
         assert scanner.scan_bytes(Path(path).read_bytes(), shown, helpers) == [], shown
     assert picked.result() == every.result()
@@ -631,40 +643,45 @@ def test_git_grep_that_names_files_from_the_repository_top_is_not_used(tmp_path:
     assert grep.files() is None
 
 
-def test_a_scan_that_cannot_fork_runs_here(
+@needs_pool
+def test_a_scan_whose_pool_cannot_start_runs_here(
     trees: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     source = Source(trees["0.5.9"] / "sglang")
-    helpers = devices.helpers_of(source)
+    expected = scanner.scan(source, devices.helpers_of(source))
 
-    def no_fork() -> int:
+    def no_process(*args: object, **kwargs: object) -> None:
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
-    expected = scanner.scan(source, helpers)
-    monkeypatch.setattr(os, "fork", no_fork)
-    shared = scanner.Scan(source, helpers)
-    assert shared.worker is None
-    assert shared.result() == expected
+    monkeypatch.setattr(pool, "ProcessPoolExecutor", no_process)
+    with pool.Pool() as workers:
+        shared = started_scan(source, workers)
+        assert workers.executor is None
+        assert shared.result() == expected
 
 
-def test_a_scan_whose_worker_dies_finishes_in_the_caller(trees: dict[str, Path]) -> None:
+@needs_pool
+def test_a_scan_whose_workers_die_finishes_in_the_caller(trees: dict[str, Path]) -> None:
+    source = Source(trees["0.5.23"] / "sglang")
+    expected = scanner.scan(source, devices.helpers_of(source))
+    with pool.Pool() as workers:
+        shared = started_scan(source, workers)
+        assert workers.executor is not None
+        for process in workers.executor._processes.values():
+            os.kill(process.pid, signal.SIGKILL)  # BrokenProcessPool: the rest is scanned here
+        assert shared.result() == expected
+
+
+@needs_pool
+def test_a_scan_left_early_stops_its_workers(trees: dict[str, Path]) -> None:
     source = Source(trees["0.5.9"] / "sglang")
-    helpers = devices.helpers_of(source)
-    shared = scanner.Scan(source, helpers)
-    if shared.worker is None:
-        pytest.skip("no fork or no second core here: the scan runs in one process anyway")
-    os.kill(shared.worker, signal.SIGKILL)
-    assert shared.result() == scanner.scan(source, helpers)
-
-
-def test_a_scan_left_early_stops_its_worker(trees: dict[str, Path]) -> None:
-    source = Source(trees["0.5.9"] / "sglang")
-    shared = scanner.Scan(source, devices.helpers_of(source))
-    if shared.worker is None:
-        pytest.skip("no fork or no second core here: the scan runs in one process anyway")
-    worker = shared.worker
-    shared.close()  # what diagnose does when the work beside the scan raises
-    assert not _alive(worker)
+    with pytest.raises(KeyError), pool.Pool() as workers:  # the work beside the scan raised
+        started_scan(source, workers)
+        assert workers.executor is not None
+        processes = list(workers.executor._processes.values())
+        raise KeyError("the EAGLE-3 side")
+    assert workers.executor is None
+    assert not any(_alive(p.pid) for p in processes)
 
 
 def _alive(pid: int) -> bool:

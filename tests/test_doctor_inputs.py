@@ -22,7 +22,9 @@ from typer.testing import CliRunner
 
 from sglpatch import api
 from sglpatch.cli import app
+from sglpatch.doctor import pool
 from sglpatch.errors import ExitCode
+from tests.support import wheels
 
 pytestmark = pytest.mark.wheel
 
@@ -245,13 +247,22 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
+@pytest.fixture
+def whole_059(tmp_path: Path) -> Path:
+    """The whole real 0.5.9 (1,000 files and more): doctor opens its worker processes."""
+    return wheels.full_tree("0.5.9", tmp_path / "whole")
+
+
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux's /proc")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("tree", ["applied_059", "whole_059"])
 def test_a_signal_to_doctor_ends_every_process_it_started(
-    applied_059: Path, sleepy: Path, tmp_path: Path, signum: int
+    request: pytest.FixtureRequest, tree: str, sleepy: Path, tmp_path: Path, signum: int
 ) -> None:
-    """While a plugin sleeps (in the warm-up process, with two cores), `kill -TERM` of doctor
-    left its workers running, reparented to init, and the caller's pipe open."""
+    """While a plugin sleeps (in doctor itself on a small tree; on the whole tree, with two
+    cores, in a worker process), `kill -TERM` of doctor left its workers running, reparented
+    to init, and the caller's pipe open."""
+    applied_059 = request.getfixturevalue(tree)
     marker = f"SGLPATCH_TEST_MARKER={uuid.uuid4().hex}"
     started = tmp_path / "started"
     env = {**os.environ, marker.split("=")[0]: marker.split("=")[1], "SLEEPY_STARTED": str(started)}
@@ -287,27 +298,23 @@ def test_a_signal_to_doctor_ends_every_process_it_started(
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-@pytest.mark.skipif(not hasattr(os, "fork") or (os.cpu_count() or 1) < 2, reason="no warm-up")
-def test_the_warm_up_process_dies_with_doctor_even_on_sigkill(
-    applied_059: Path, sleepy: Path, tmp_path: Path
-) -> None:
-    """SIGKILL runs no handler: the kernel ends the child (it asked to die with its parent)."""
+@pytest.mark.skipif(pool.usable_cores() < 2, reason="one core: no worker processes")
+def test_the_workers_die_with_doctor_even_on_sigkill() -> None:
+    """SIGKILL runs no handler: the kernel ends the workers (they asked to die with doctor)."""
     marker = f"SGLPATCH_TEST_MARKER={uuid.uuid4().hex}"
-    started = tmp_path / "started"
     script = textwrap.dedent(
-        f"""
-        import os, signal, sys, time
-        from pathlib import Path
-        from packaging.version import Version
-        from sglpatch import warmup
-        warmup.start(["doctor"])
-        warmup.submit(Path({str(applied_059 / "sglang")!r}), Version("0.5.9"), Path({str(sleepy)!r}))
-        while not Path({str(started)!r}).exists():
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGKILL)
+        """
+        import os, signal, time
+        from sglpatch.doctor import pool
+        with pool.Pool() as workers:
+            assert workers.start(pool.SMALL)
+            task = workers.run(time.sleep, 3600)
+            while not task.future.running():
+                time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGKILL)
         """
     )
-    env = {**os.environ, marker.split("=")[0]: marker.split("=")[1], "SLEEPY_STARTED": str(started)}
+    env = {**os.environ, marker.split("=")[0]: marker.split("=")[1]}
     try:
         done = subprocess.run(
             [sys.executable, "-c", script], env=env, timeout=60, check=False,

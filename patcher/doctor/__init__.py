@@ -8,5 +8,5 @@ on capability-12 GPUs, with EAGLE-3 on a given model.
 - `coverage`: the catalogue run in memory, which patches still have work and what they cover;
 - `verdict`: blockers, suspects, and the one-line answer (`verdict.diagnose`).
 
-The package imports none of them itself: `sglpatch.warmup`'s process needs `coverage` alone.
+The package imports none of them itself; `pool` runs the scan and `coverage` in worker processes.
 """

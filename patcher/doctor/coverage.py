@@ -39,7 +39,7 @@ class PatchCheck(NamedTuple):
 
 def check(package_dir: Path, release: Version, patches: Sequence[Patch]) -> list[PatchCheck]:
     """Every catalogue patch that is meant for this release, with its in-memory outcome."""
-    from sglpatch import engine  # and libcst: not loaded when sglpatch.warmup answers
+    from sglpatch import engine  # and libcst: in a worker, when the pool is open
 
     checks = []
     for patch in patches:

@@ -3,179 +3,122 @@
 A file is read as bytes and rejected by byte tests unless it names a capability word, a helper
 or a dict row keyed 10; in the rest, the candidate lines (`candidates`) and the statements
 around them (`chunks`) are parsed and judged by `gates`, and major-keyed tables by `tables`.
-A forked worker process scans beside the caller, so the scan uses both cores.
+The files are scanned in chunks, by the pool's workers and by the caller (`pool`).
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
-import mmap
 import os
-import pickle
 import re
-import signal
 import subprocess
-from collections.abc import Mapping
-from typing import Any, BinaryIO, NoReturn
+from collections.abc import Mapping, Sequence
 
-from sglpatch import warmup
 from sglpatch.doctor import candidates, chunks, devices, gates, tables
 from sglpatch.doctor.findings import Finding
+from sglpatch.doctor.pool import Pool, Task
 from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, read_file
-from sglpatch.warmup import usable_cores
 
 # Quick byte tests before any parsing: a capability word, a helper, or a dict row keyed 10
 # (`tables`). Each test is a search through every byte of the tree: they are few, and literal.
 _WORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"device_sm")
 
+Helpers = Mapping[str, frozenset[int]]
+# A chunk's findings (by the file's index in the scan) and the files it could not judge (why).
+Found = tuple[dict[int, list[Finding]], dict[int, str]]
 
-def scan(source: Source, helpers: Mapping[str, frozenset[int]]) -> list[Finding]:
-    return Scan(source, helpers).result()
+
+def scan(source: Source, helpers: Helpers) -> list[Finding]:
+    """The whole tree, scanned here."""
+    whole = Scan(source, helpers)
+    whole.start()
+    return whole.result()
 
 
 class Scan:
-    """A scan of the whole tree, started in a forked worker while the caller does other work.
-
-    The worker takes files from the front and `result()` from the back, one at a time, until
-    they meet: both cores stay busy whatever the caller did meanwhile, and neither waits long
-    for the other at the end. The worker sends back its findings only. Fork shares the loaded
-    modules and the file list, so the worker costs milliseconds; without fork or a second
-    core, or for a small tree, the scan runs here.
+    """A scan of the whole tree: `git grep` runs while the tree is listed, `start()` hands the
+    files to `workers` in chunks (run here, by `result()`, when the pool is not open), and
+    `result()` collects the chunks' findings in the files' order.
     """
 
-    def __init__(self, source: Source, helpers: Mapping[str, frozenset[int]]) -> None:
+    def __init__(self, source: Source, helpers: Helpers, workers: Pool | None = None) -> None:
         self.source = source
         self.helpers = helpers
-        grep = _GitGrep(source)  # runs while the tree is listed here
-        listed = _python_files(source)
-        holding = grep.files()
+        self.workers = workers or Pool()  # never started: every chunk runs here
+        self._grep = _GitGrep(source, self.workers)  # runs while the tree is listed here
+        self.listed = _python_files(source)
+        self.jobs: list[tuple[str, str]] = []
+        self.tasks: list[Task[Found]] = []
+
+    def start(self) -> None:
+        holding = self._grep.files()
         # git reads a symlink as its target's name, not its content, and skips what is not a
         # regular file: those are tested here (and the latter reported as not judged).
         self.jobs = [
             (path, shown)
-            for path, shown, unusual in listed
+            for path, shown, unusual in self.listed
             if holding is None or unusual or shown[len("sglang/") :] in holding
         ]
-        # [next file from the front, first file taken from the back], shared with the worker.
-        # No lock (a worker killed holding one would hang the caller): at worst both scan the
-        # file where they meet.
-        self.taken: Any = [0, len(self.jobs)]
-        self.worker: int | None = None  # its pid
-        self.results: BinaryIO | None = None
-        if _FORK and usable_cores() > 1 and len(self.jobs) > _SMALL:
-            with contextlib.suppress(OSError):  # no memory, pipe or process: scan here
-                self._fork()
-
-    def _fork(self) -> None:
-        shared = mmap.mmap(-1, 8)  # anonymous, so shared across fork
-        taken = memoryview(shared).cast("i")
-        taken[0], taken[1] = 0, len(self.jobs)
-        reader, writer = os.pipe()
-        try:
-            pid = os.fork()
-        except OSError:
-            os.close(reader)
-            os.close(writer)
-            raise
-        if pid == 0:
-            warmup.child_started()
-            os.close(reader)
-            self.taken = taken
-            self._work(writer)  # never returns
-        warmup.track(pid)
-        os.close(writer)
-        self.taken, self.worker = taken, pid  # the view keeps the mmap alive
-        self.results = os.fdopen(reader, "rb")
+        self.tasks = [
+            self.workers.run(scan_files, self.jobs[first:end], first, self.helpers)
+            for first, end in _chunks(len(self.jobs), self.workers.size)
+        ]
 
     def result(self) -> list[Finding]:
         """The findings, in the files' order; files not judged are noted in the source."""
         found: dict[int, list[Finding]] = {}
         unjudged: dict[int, str] = {}
-        taken = self.taken
-        while (index := taken[1] - 1) >= taken[0]:
-            taken[1] = index
-            self._scan_into(index, found, unjudged)
-        if self.results is not None:
-            received = 0  # the worker has sent the findings of files [0, received)
-            while True:
-                try:
-                    received, findings, not_judged, finished = pickle.load(self.results)
-                except (EOFError, pickle.UnpicklingError):  # it died: scan here what it did not
-                    for index in range(received, taken[1]):
-                        self._scan_into(index, found, unjudged)
-                    break
-                found.update(findings)
-                unjudged.update(not_judged)
-                if finished:
-                    break
-            self.close()
+        for task in self.tasks:
+            findings, not_judged = task.result()
+            found.update(findings)
+            unjudged.update(not_judged)
         for index in sorted(unjudged):
             self.source.note(self.jobs[index][1], unjudged[index])
         return [finding for index in range(len(self.jobs)) for finding in found.get(index, ())]
 
-    def close(self) -> None:
-        """Stop the worker (after `result()`, it has finished)."""
-        if self.worker is not None:
-            with contextlib.suppress(OSError):  # gone already
-                os.kill(self.worker, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(self.worker, 0)
-            warmup.untrack(self.worker)
-            self.worker = None
-        if self.results is not None:
-            self.results.close()
-            self.results = None
 
-    def _work(self, writer: int) -> NoReturn:
-        """The worker: files from the front, findings to `writer`, then the end of the process."""
-        code = 1
-        try:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C, stops us
-            with os.fdopen(writer, "wb") as sent:
-                taken = self.taken
-                found: dict[int, list[Finding]] = {}
-                unjudged: dict[int, str] = {}
-                while (index := taken[0]) < taken[1]:
-                    taken[0] = index + 1
-                    self._scan_into(index, found, unjudged)
-                    if (index + 1) % _SEND_EVERY == 0:
-                        pickle.dump((index + 1, found, unjudged, False), sent)
-                        sent.flush()
-                        found, unjudged = {}, {}
-                pickle.dump((taken[0], found, unjudged, True), sent)
-            code = 0
-        finally:
-            os._exit(code)  # not the caller's atexit handlers, nor its buffered output
+def _chunks(files: int, workers: int) -> list[tuple[int, int]]:
+    """[first, end) of each task: one for the caller alone; for workers, large ones first (few
+    hand-overs while the caller, busy with its own part, holds the GIL the pool's threads need)
+    and smaller ones at the end, so that the workers finish together."""
+    if workers == 0:
+        return [(0, files)]
+    found = []
+    first = 0
+    while first < files:
+        end = min(files, first + max(_FEWEST, (files - first) // (3 * workers)))
+        found.append((first, end))
+        first = end
+    return found
 
-    def _scan_into(
-        self, index: int, found: dict[int, list[Finding]], unjudged: dict[int, str]
-    ) -> None:
-        """Scan file `index`; keep its findings, if it has any, or why it was not judged.
 
-        os calls, not open() (a file object costs more than rejecting most files): a stat, then
-        a non-blocking open of a regular file only (a FIFO named `x.py` must not hang doctor).
-        """
-        path, shown = self.jobs[index]
+_FEWEST = 4  # files in the last tasks
+
+
+def scan_files(jobs: Sequence[tuple[str, str]], first: int, helpers: Helpers) -> Found:
+    """Scan files (path, shown), the first of them the scan's file `first`: the findings of
+    those that have any, and why those not judged could not be.
+
+    A non-blocking open of a regular file only (`read_file`): a FIFO named `x.py` must not hang
+    doctor.
+    """
+    found: dict[int, list[Finding]] = {}
+    unjudged: dict[int, str] = {}
+    for index, (path, shown) in enumerate(jobs, first):
         data, why = read_file(path)
         if data is None:
             if why is not None:
                 unjudged[index] = why
-            return
+            continue
         try:
-            findings = scan_bytes(data, shown, self.helpers)
+            findings = scan_bytes(data, shown, helpers)
         except TOO_DEEP:
             unjudged[index] = TOO_DEEP_WHY
-            return
+            continue
         if findings:
             found[index] = findings
-
-
-_SMALL = 100  # files: fewer are scanned faster than a process starts
-_SEND_EVERY = 256  # files the worker scans between two sends of its findings
-
-
-_FORK = hasattr(os, "fork")
+    return found, unjudged
 
 
 class _GitGrep:
@@ -184,8 +127,9 @@ class _GitGrep:
     word. git is there already (the ledger needs it); when it cannot say (not installed, or
     failing), `files()` is None and every file is tested here."""
 
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Source, workers: Pool | None = None) -> None:
         self.root = source.package_dir
+        self.workers = workers or Pool()
         needles = [arg for word in (*_WORDS, _ROW_KEY) for arg in ("-e", word.decode())]
         skipped = [f":(exclude,glob)**/{folder}/**" for folder in _NOT_SERVED]
         self.process: subprocess.Popen[bytes] | None = None
@@ -200,13 +144,13 @@ class _GitGrep:
                 env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull},
             )  # fmt: skip
         if self.process is not None:
-            warmup.track(self.process.pid)
+            self.workers.track(self.process)
 
     def files(self) -> set[str] | None:
         if self.process is None:
             return None
         output, _ = self.process.communicate()
-        warmup.untrack(self.process.pid)
+        self.workers.untrack(self.process)
         if self.process.returncode not in (0, 1):  # 1: no file matched
             return None
         names = {os.fsdecode(name) for name in output.split(b"\0") if name}
@@ -246,7 +190,7 @@ def _python_files(source: Source) -> list[tuple[str, str, bool]]:
 _NOT_SERVED = ("test", "tests", "benchmark")
 
 
-def scan_bytes(data: bytes, shown: str, helpers: Mapping[str, frozenset[int]]) -> list[Finding]:
+def scan_bytes(data: bytes, shown: str, helpers: Helpers) -> list[Finding]:
     """The findings in one file's bytes; `shown` names it (`sglang/srt/...`)."""
     rows = _has_row(data)
     if not rows and not any(word in data for word in _WORDS):
@@ -302,6 +246,6 @@ _ROW_START = frozenset(b"{,")
 _DEFINED = re.compile(r"^\s*def\s+(is_\w+)", re.MULTILINE)
 
 
-def _new_helpers(helpers: Mapping[str, frozenset[int]]) -> list[str]:
+def _new_helpers(helpers: Helpers) -> list[str]:
     """The helpers true on capability 12 alone (`is_sm120_supported`)."""
     return [name for name, majors in helpers.items() if majors == {devices.NEW}]

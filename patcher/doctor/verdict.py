@@ -17,8 +17,7 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
-from sglpatch import warmup
-from sglpatch.doctor import census, coverage, devices, eagle3, scanner
+from sglpatch.doctor import census, coverage, devices, eagle3, pool, scanner
 from sglpatch.doctor.findings import Finding
 from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source
 from sglpatch.patch import Patch
@@ -115,13 +114,18 @@ def diagnose(
     else:
         paths, names = sorted(folder.glob("*.py")), None
 
-    # The gate scan runs in a worker process while this one reads the EAGLE-3 side.
     helpers = devices.helpers_of(source)
     say("scanning capability gates")
-    scan = scanner.Scan(source, helpers)
-    try:
+    with pool.Pool() as workers:  # on an error, the workers are stopped, their work dropped
+        scan = scanner.Scan(source, helpers, workers)  # git grep runs while the tree is listed
+        workers.start(len(scan.listed))
+        # Handed over first: loading libcst for the codemods is the largest piece of the work.
+        run = None
+        if release is not None:
+            run = workers.run(coverage.check, package_dir, release, patches)
         say("reading the EAGLE-3 workers")
-        required = eagle3.requirements(source)
+        required = eagle3.requirements(source)  # while git grep runs
+        scan.start()
         say(f"reading {len(paths)} models module(s)")
         models = census.load_models(source, paths)
         registered = [
@@ -129,17 +133,8 @@ def diagnose(
         ]
         excluded = {r.name: r.excluded for r in registered if r.excluded}
         say("running the catalogue in memory")
-        # The warmed-up process (sglpatch.warmup) runs the catalogue while this one scans.
-        warm = release is not None and warmup.running()
-        checks = []
-        if release is not None and not warm:
-            checks = coverage.check(package_dir, release, patches)
         findings = scan.result()
-        if release is not None and warm:
-            answer = warmup.checks(patches)
-            checks = answer if answer is not None else coverage.check(package_dir, release, patches)
-    finally:
-        scan.close()  # on an error above: the worker's files are not waited for
+        checks = _ours(run.result(), patches) if run is not None else []
     work = coverage.pending(checks)
 
     def rescan(data: bytes, shown: str) -> list[Finding]:
@@ -206,6 +201,14 @@ def diagnose(
         model,
         tuple(sorted(source.not_judged.items())),
     )
+
+
+def _ours(
+    checks: Sequence[coverage.PatchCheck], patches: Sequence[Patch]
+) -> list[coverage.PatchCheck]:
+    """The checks on the caller's own patch objects (a worker answers with copies)."""
+    by_id = {patch.id: patch for patch in patches}
+    return [check._replace(patch=by_id[check.patch.id]) for check in checks]
 
 
 def _model_report(
