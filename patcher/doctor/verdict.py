@@ -106,23 +106,16 @@ def diagnose(
     strict: bool = False,
     progress: Progress | None = None,
 ) -> Diagnosis:
-    say = progress or (lambda _: None)
+    say = progress or (lambda _: None)  # the stages, for a terminal's progress line
     source = Source(package_dir)
-    folder = census.models_folder(source)
-    if model is not None:
-        paths, names = census.find_model(source, model)
-    else:
-        paths, names = sorted(folder.glob("*.py")), None
-
+    paths, names = _models_asked(source, model)
     helpers = devices.helpers_of(source)
     say("scanning capability gates")
     with pool.Pool() as workers:  # on an error, the workers are stopped, their work dropped
         scan = scanner.Scan(source, helpers, workers)  # git grep runs while the tree is listed
         workers.start(len(scan.listed))
         # Handed over first: loading libcst for the codemods is the largest piece of the work.
-        run = None
-        if release is not None:
-            run = workers.run(coverage.check, package_dir, release, patches)
+        run = workers.run(coverage.check, package_dir, release, patches) if release else None
         say("reading the EAGLE-3 workers")
         required = eagle3.requirements(source)  # while git grep runs
         scan.start()
@@ -137,6 +130,45 @@ def diagnose(
         checks = _ours(run.result(), patches) if run is not None else []
     work = coverage.pending(checks)
 
+    covered = coverage.covered_by(findings, work, _rescanner(source, helpers))
+    reports = tuple(
+        _model_report(source, models, r, required, work) for r in registered if not r.excluded
+    )
+    chosen = reports[0] if model is not None and len(reports) == 1 else None
+
+    suspects = tuple(Suspect(f, covered.get(f)) for f in findings if f.kind != "refusal")
+    modules = {f"sglang/{p.relative_to(package_dir).as_posix()}" for p in paths}
+    blockers = _blockers(work, reports, chosen, model, modules, release)
+    if strict:
+        blockers += [_as_blocker(s) for s in suspects]
+    refusals = tuple(f for f in findings if f.kind == "refusal")
+    return Diagnosis(
+        release,
+        chosen,
+        tuple(blockers),
+        suspects,
+        refusals,
+        required,
+        reports,
+        excluded,
+        strict,
+        model,
+        tuple(sorted(source.not_judged.items())),
+    )
+
+
+def _models_asked(source: Source, model: str | None) -> tuple[list[Path], set[str] | None]:
+    """The models modules to read, and the class names `--model` chose (None: every class)."""
+    if model is not None:
+        return census.find_model(source, model)
+    return sorted(census.models_folder(source).glob("*.py")), None
+
+
+def _rescanner(
+    source: Source, helpers: dict[str, frozenset[int]]
+) -> Callable[[bytes, str], list[Finding]]:
+    """Scans a patched file in memory, for coverage: what the patch changes there."""
+
     def rescan(data: bytes, shown: str) -> list[Finding]:
         try:
             return scanner.scan_bytes(data, shown, helpers)
@@ -144,14 +176,28 @@ def diagnose(
             source.note(shown, f"{TOO_DEEP_WHY} (once patched)")
             return []
 
-    covered = coverage.covered_by(findings, work, rescan)
-    reports = tuple(
-        _model_report(source, models, r, required, work) for r in registered if not r.excluded
-    )
-    chosen = reports[0] if model is not None and len(reports) == 1 else None
+    return rescan
 
+
+def _as_blocker(suspect: Suspect) -> Blocker:
+    """A suspect counted as a blocker (`--strict`)."""
+    f = suspect.finding
+    return Blocker(
+        f"capability 12 gets {f.gets} ({f.kind})", f"{f.file}:{f.line}", suspect.covered_by
+    )
+
+
+def _blockers(
+    work: Sequence[coverage.PatchCheck],
+    reports: tuple[ModelReport, ...],
+    chosen: ModelReport | None,
+    model: str | None,
+    chosen_modules: set[str],
+    release: Version | None,
+) -> list[Blocker]:
+    """The pending patches that matter here (another model's fix does not), and the missing
+    EAGLE-3 methods of the model asked for."""
     blockers: list[Blocker] = []
-    chosen_modules = {f"sglang/{p.relative_to(package_dir).as_posix()}" for p in paths}
     for check in work:
         is_model_patch = check.file.startswith("sglang/srt/models/")
         if is_model_patch and (model is None or check.file not in chosen_modules):
@@ -176,31 +222,7 @@ def diagnose(
             if report.missing:
                 what = f"EAGLE-3 cannot start: {report.name} lacks {', '.join(report.missing)}"
                 blockers.append(Blocker(what, report.name, report.fixed_by))
-
-    suspects = tuple(Suspect(f, covered.get(f)) for f in findings if f.kind != "refusal")
-    if strict:
-        blockers += [
-            Blocker(
-                f"capability 12 gets {s.finding.gets} ({s.finding.kind})",
-                f"{s.finding.file}:{s.finding.line}",
-                s.covered_by,
-            )
-            for s in suspects
-        ]
-    refusals = tuple(f for f in findings if f.kind == "refusal")
-    return Diagnosis(
-        release,
-        chosen,
-        tuple(blockers),
-        suspects,
-        refusals,
-        required,
-        reports,
-        excluded,
-        strict,
-        model,
-        tuple(sorted(source.not_judged.items())),
-    )
+    return blockers
 
 
 def _ours(
