@@ -54,6 +54,18 @@ def pytest_configure(config: pytest.Config) -> None:
             wheels.wheel(release)
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With `-m "not wheel"`, a module marked `wheel` as a whole is not even imported: its
+    module-level constants read the wheels, which would download them (no network)."""
+    if "not wheel" not in config.option.markexpr or collection_path.suffix != ".py":
+        return None
+    try:
+        text = collection_path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return True if "\npytestmark = pytest.mark.wheel\n" in text else None
+
+
 @pytest.fixture(autouse=True)
 def isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No test touches the real home, the user's git config, or an installed sglang.

@@ -588,6 +588,7 @@ needs_pool = pytest.mark.skipif(
 )
 
 
+@pytest.mark.wheel
 @needs_pool
 def test_the_scan_shared_with_worker_processes_equals_the_scan_in_one(
     trees: dict[str, Path],
@@ -603,6 +604,7 @@ def test_the_scan_shared_with_worker_processes_equals_the_scan_in_one(
     assert len(found) > 20  # a real tree's gates, in the same order
 
 
+@pytest.mark.wheel
 @pytest.mark.parametrize("release", ["0.5.9", "0.5.23"])
 def test_git_grep_picks_the_files_the_byte_tests_would(
     trees: dict[str, Path], release: str, monkeypatch: pytest.MonkeyPatch
@@ -643,6 +645,7 @@ def test_git_grep_that_names_files_from_the_repository_top_is_not_used(tmp_path:
     assert grep.files() is None
 
 
+@pytest.mark.wheel
 @needs_pool
 def test_a_scan_whose_pool_cannot_start_runs_here(
     trees: dict[str, Path], monkeypatch: pytest.MonkeyPatch
@@ -660,6 +663,7 @@ def test_a_scan_whose_pool_cannot_start_runs_here(
         assert shared.result() == expected
 
 
+@pytest.mark.wheel
 @needs_pool
 def test_a_scan_whose_workers_die_finishes_in_the_caller(trees: dict[str, Path]) -> None:
     source = Source(trees["0.5.23"] / "sglang")
@@ -672,6 +676,7 @@ def test_a_scan_whose_workers_die_finishes_in_the_caller(trees: dict[str, Path])
         assert shared.result() == expected
 
 
+@pytest.mark.wheel
 @needs_pool
 def test_a_scan_left_early_stops_its_workers(trees: dict[str, Path]) -> None:
     source = Source(trees["0.5.9"] / "sglang")

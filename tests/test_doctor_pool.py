@@ -30,6 +30,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return wheels.full_tree("0.5.9", tmp_path_factory.mktemp("pool") / "0.5.9")
 
 
+@pytest.mark.wheel
 @needs_pool
 def test_a_worker_answers_what_the_checks_here_find(tree: Path) -> None:
     patches = catalogue.load()
@@ -49,6 +50,7 @@ def test_a_worker_answers_what_the_checks_here_find(tree: Path) -> None:
     assert len(here) >= 9 and all(c.after for c in here)  # 0.5.9: nine files change
 
 
+@pytest.mark.wheel
 @needs_pool
 def test_a_dead_worker_leaves_the_task_to_the_caller(tree: Path) -> None:
     with pool.Pool() as workers:
@@ -60,6 +62,7 @@ def test_a_dead_worker_leaves_the_task_to_the_caller(tree: Path) -> None:
         assert task.result() == 4
 
 
+@pytest.mark.wheel
 @needs_pool
 def test_an_error_in_a_worker_is_raised_here(tree: Path) -> None:
     with pool.Pool() as workers:
@@ -99,6 +102,7 @@ def test_the_handlers_it_replaced_are_restored() -> None:
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+@pytest.mark.wheel
 def test_doctor_with_stderr_closed_still_answers(tree: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "sglpatch", "doctor", "--target", str(tree)],
@@ -109,6 +113,7 @@ def test_doctor_with_stderr_closed_still_answers(tree: Path) -> None:
     assert done.stdout.startswith("capability 12 (SGLang 0.5.9): ")
 
 
+@pytest.mark.wheel
 @pytest.mark.parametrize("args", [[], ["--model", KIMI]])
 def test_doctor_as_a_command_says_what_it_says_in_process(tree: Path, args: list[str]) -> None:
     """`python -m sglpatch doctor` (with its workers) against the CLI run in-process."""

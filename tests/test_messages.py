@@ -70,6 +70,7 @@ def test_version_before_a_command_is_refused(
     assert err.count("\n") == 1 and suggestion in err
 
 
+@pytest.mark.wheel
 def test_version_alone_and_after_a_command(runner: CliRunner, site_059: Path) -> None:
     code, out, _ = invoke(runner, ["--version"])
     assert code == 0 and out.startswith("sglpatch ")

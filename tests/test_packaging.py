@@ -51,6 +51,7 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory, built_wheel: Path) -> P
     return venv
 
 
+@pytest.mark.wheel
 def test_the_wheel_ships_one_package_with_its_patches(built_wheel: Path) -> None:
     with zipfile.ZipFile(built_wheel) as archive:
         names = archive.namelist()
@@ -136,6 +137,7 @@ def test_the_readme_first_command_works_before_pipx_bin_is_on_path(
     assert (home / ".local" / "bin").as_posix() not in env["PATH"]
 
 
+@pytest.mark.wheel
 def test_shell_completion(fresh_venv: Path) -> None:
     sglpatch = fresh_venv / "bin" / "sglpatch"
     assert "_SGLPATCH_COMPLETE" in run(sglpatch, "--show-completion", "bash")

@@ -41,6 +41,7 @@ def make_checkout(release: str, root: Path) -> Path:
     return root
 
 
+@pytest.mark.wheel
 def test_release_sources(tmp_path: Path) -> None:
     site = wheels.site_packages(SEED, tmp_path / "site")
     assert detect_release(site, Layout.SITE_PACKAGES)[0] == Version(SEED)
@@ -55,6 +56,7 @@ def test_release_sources(tmp_path: Path) -> None:
     assert found == Version("0.5.3") and source and source.endswith("version.py")
 
 
+@pytest.mark.wheel
 def test_checkout_release_comes_from_its_tag(tmp_path: Path) -> None:
     root = make_checkout(SEED, tmp_path / "sglang")
     target = find_target(root, None)
@@ -69,6 +71,7 @@ def test_checkout_release_comes_from_its_tag(tmp_path: Path) -> None:
         find_target(root, None)
 
 
+@pytest.mark.wheel
 def test_version_mismatch_names_both(tmp_path: Path) -> None:
     site = wheels.site_packages(SEED, tmp_path / "site")
     with pytest.raises(RefusedError, match=r"0\.5\.8.*0\.5\.9"):
