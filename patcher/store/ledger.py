@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -288,8 +289,14 @@ class Record:
                 self._acquire(fd, deadline, timeout)
             yield
         finally:
-            os.close(target_fd)  # closing releases the locks
-            os.close(ledger_fd)
+            # Closing releases the locks. A Ctrl-C between the two closes would leave the ledger's
+            # lock held by a leaked descriptor for the rest of the process: hold it off.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                os.close(target_fd)
+                os.close(ledger_fd)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
     def _acquire(self, fd: int, deadline: float, timeout: float) -> None:
         while True:
