@@ -7,8 +7,8 @@ import importlib.util
 import os
 import pkgutil
 import sys
-from collections.abc import Iterable
-from contextlib import redirect_stdout
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from types import ModuleType
 
@@ -64,15 +64,8 @@ def load(
     patches = []
     for module, origin in modules:
         cls = patch_in(module)
-        try:
-            with redirect_stdout(sys.stderr):  # the plugin's own __init__
-                patch = cls()
-        except KeyboardInterrupt:
-            raise
-        except BaseException as error:  # SystemExit too: a plugin never ends sglpatch
-            raise _keeping_cause(
-                f"cannot create patch {module.__name__}.{cls.__name__} ({origin}): {raised(error)}"
-            ) from error
+        with _plugin_code(f"cannot create patch {module.__name__}.{cls.__name__} ({origin})"):
+            patch = cls()
         patch.origin = origin
         patches.append(patch)
     seen: dict[str, str] = {}
@@ -118,15 +111,8 @@ def plugin_modules() -> list[tuple[ModuleType, str]]:
     found = []
     for point in entry_points(group=ENTRY_POINTS):
         origin = f"plugin {point.dist.name}" if point.dist else f"plugin {point.name}"
-        try:
-            with redirect_stdout(sys.stderr):  # stdout may have to be one JSON object
-                module = importlib.import_module(point.module)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as error:  # SystemExit too: a plugin never ends sglpatch
-            raise _keeping_cause(
-                f"cannot load {origin} ({point.value}): {raised(error)}"
-            ) from error
+        with _plugin_code(f"cannot load {origin} ({point.value})"):
+            module = importlib.import_module(point.module)
         found.append((module, origin))
     return found
 
@@ -146,15 +132,27 @@ def directory_modules(folder: Path) -> list[tuple[ModuleType, str]]:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
-            with redirect_stdout(sys.stderr):  # stdout may have to be one JSON object
+            with _plugin_code(f"cannot load {path}"):
                 spec.loader.exec_module(module)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as error:  # SystemExit too: a plugin never ends sglpatch
+        except CatalogueError:
             del sys.modules[name]
-            raise _keeping_cause(f"cannot load {path}: {raised(error)}") from error
+            raise
         found.append((module, str(folder)))
     return found
+
+
+@contextmanager
+def _plugin_code(failure: str) -> Iterator[None]:
+    """Run a plugin module's own code (its import, its patch's `__init__`): what it prints goes
+    to stderr (stdout may have to be one JSON object), and whatever it raises but Ctrl-C,
+    `SystemExit` too, is `failure`: a plugin never ends sglpatch."""
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:
+        raise _keeping_cause(f"{failure}: {raised(error)}") from error
 
 
 def _keeping_cause(message: str) -> CatalogueError:

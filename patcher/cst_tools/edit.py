@@ -5,7 +5,7 @@ An edit whose anchor is not where it should be raises `AnchorMissing`; none gues
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import libcst as cst
 
@@ -27,16 +27,25 @@ def replace(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Modul
     path = _path_to(module, old)
     if path is None:
         raise AnchorMissing("the node to replace is not in the module")
+    # a path that does not start at the module leaves something else at the top
+    return _rebuilt(reversed(path), new, "the replaced node is not inside the module")
+
+
+def _rebuilt(
+    steps: Iterable[tuple[cst.CSTNode, str, int | None]], new: cst.CSTNode, outside: str
+) -> cst.Module:
+    """The tree with `new` in place, rebuilt up `steps` (parent, field, index in it), from the
+    replaced node's parent to the module; raise with `outside` if that is not where they end."""
     replacement: cst.CSTNode = new
-    for parent, field, index in reversed(path):
+    for parent, field, index in steps:
         value = getattr(parent, field)
         if index is not None:
             value = type(value)((*value[:index], replacement, *value[index + 1 :]))
         else:
             value = replacement
         replacement = parent.with_changes(**{field: value})
-    if not isinstance(replacement, cst.Module):  # a path that does not start at the module
-        raise AnchorMissing("the replaced node is not inside the module")
+    if not isinstance(replacement, cst.Module):
+        raise AnchorMissing(outside)
     return replacement
 
 
@@ -64,20 +73,13 @@ def replace_statement(
                         stack.append(item)
     else:
         raise AnchorMissing("the statement to replace is not in the module")
-    replacement: cst.CSTNode = new
+    steps = []
     node: cst.CSTNode = old
     while id(node) in parents:
-        parent, field, index = parents[id(node)]
-        value = getattr(parent, field)
-        if index is not None:
-            value = type(value)((*value[:index], replacement, *value[index + 1 :]))
-        else:
-            value = replacement
-        replacement = parent.with_changes(**{field: value})
-        node = parent
-    if not isinstance(replacement, cst.Module):  # `old` is a statement: the root is the module
-        raise AnchorMissing("the statement to replace is not in the module")
-    return replacement
+        steps.append(parents[id(node)])
+        node = steps[-1][0]
+    # `old` is a statement: the root is the module
+    return _rebuilt(steps, new, "the statement to replace is not in the module")
 
 
 def with_row_after(table: cst.Dict, anchor_key: int, row: cst.DictElement) -> cst.Dict:

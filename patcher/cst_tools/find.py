@@ -6,23 +6,35 @@ Each finder raises `AnchorMissing` instead of guessing when the code is not in t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import libcst as cst
 
 from sglpatch.cst_tools.walking import _simple_statements, _walk
 from sglpatch.patch import AnchorMissing
 
+D = TypeVar("D", cst.ClassDef, cst.FunctionDef)
+
 
 def find_class(module: cst.Module, name: str) -> cst.ClassDef:
-    found = [s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == name]
-    if len(found) != 1:
-        raise AnchorMissing(f"expected one class {name}, found {len(found)}")
-    return found[0]
+    return _one_named(module, cst.ClassDef, name, "class")
 
 
 def class_body(node: cst.ClassDef) -> Sequence[cst.BaseStatement]:
+    return _indented(node, "class")
+
+
+def _one_named(module: cst.Module, kind: type[D], name: str, what: str) -> D:
+    """The module-level `kind` (a class or a function) called `name`, defined exactly once."""
+    found = [s for s in module.body if isinstance(s, kind) and s.name.value == name]
+    if len(found) != 1:
+        raise AnchorMissing(f"expected one {what} {name}, found {len(found)}")
+    return found[0]
+
+
+def _indented(node: cst.ClassDef | cst.FunctionDef, what: str) -> Sequence[cst.BaseStatement]:
     if not isinstance(node.body, cst.IndentedBlock):
-        raise AnchorMissing(f"class {node.name.value} has no indented body")
+        raise AnchorMissing(f"{what} {node.name.value} has no indented body")
     return node.body.body
 
 
@@ -77,16 +89,11 @@ def methods(node: cst.ClassDef) -> dict[str, cst.FunctionDef]:
 
 def find_function(module: cst.Module, name: str) -> cst.FunctionDef:
     """The module-level function `name`, defined exactly once."""
-    found = [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
-    if len(found) != 1:
-        raise AnchorMissing(f"expected one function {name}, found {len(found)}")
-    return found[0]
+    return _one_named(module, cst.FunctionDef, name, "function")
 
 
 def function_body(node: cst.FunctionDef) -> Sequence[cst.BaseStatement]:
-    if not isinstance(node.body, cst.IndentedBlock):
-        raise AnchorMissing(f"function {node.name.value} has no indented body")
-    return node.body.body
+    return _indented(node, "function")
 
 
 def ifs_testing(module: cst.Module, node: cst.CSTNode, test: str) -> list[cst.If]:
