@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Write docs/kernel-support.md from the kernel-support table (patcher/data/kernel_support.json).
+
+One row per reading of each record (a record's `earlier` readings get their own rows, named by
+the SGLang releases they hold for), the capabilities doctor compares (12.0, 12.1, 10.0, 9.0),
+then what it needs and where the fact comes from; the choices the table does not judge follow.
+
+    .venv/bin/python scripts/kernel_support_doc.py          # regenerate docs/kernel-support.md
+    .venv/bin/python scripts/kernel_support_doc.py --check  # exit 1 if the document is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "kernel-support.md"
+CAPABILITIES = ((12, 0), (12, 1), (10, 0), (9, 0))
+SHOWN = {True: "runs", False: "no", None: "unknown"}
+
+HEADER = """\
+# Kernel support by compute capability
+
+Generated from `patcher/data/kernel_support.json` by `scripts/kernel_support_doc.py`; do not
+edit by hand (a test checks the two agree). Doctor and the patches read the same table through
+`sglpatch.support`. "runs": the kernel's own arch list or assertion admits the capability;
+"no": it does not; "unknown": not established (doctor reports such a backend as "not judged").
+A row named with SGLang releases is the reading for those releases; the row without is the
+newest. GEMM backends are named by flag: `fp8:` for `--fp8-gemm-backend`, `fp4:` for
+`--fp4-gemm-backend`.
+"""
+
+
+def render() -> str:
+    from sglpatch import support
+
+    lines = [HEADER, "| kind | backend | 12.0 | 12.1 | 10.0 | 9.0 | needs | source |"]
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for kind, name in sorted(
+        support.table(), key=lambda key: (support.KINDS.index(key[0]), key[1])
+    ):
+        for record in support.variants(kind, name):
+            shown = f"`{name}`" + (f" (SGLang {record.sglang})" if record.sglang else "")
+            cells = [SHOWN[record.judge(c)] for c in CAPABILITIES]
+            needs = record.needs or ""
+            row = [kind, shown, *cells, _cell(needs), _cell(record.source)]
+            lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "## Not judged",
+        "",
+        "Choices a release offers that the table does not judge:",
+        "",
+    ]
+    lines += ["| kind | backend | why |", "|---|---|---|"]
+    for (kind, name), reason in sorted(
+        support.not_judged().items(), key=lambda item: (support.KINDS.index(item[0][0]), item[0][1])
+    ):
+        lines.append(f"| {kind} | `{name}` | {_cell(reason)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the document is stale")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        current = DOC.read_text(encoding="utf-8") if DOC.exists() else ""
+        if current != text:
+            print(
+                f"{DOC.relative_to(REPO)} is stale: run scripts/kernel_support_doc.py",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    DOC.write_text(text, encoding="utf-8")
+    print(f"wrote {DOC.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
