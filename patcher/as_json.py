@@ -10,6 +10,7 @@ from sglpatch.target import Target
 
 if TYPE_CHECKING:
     from sglpatch.doctor.findings import Finding
+    from sglpatch.doctor.verdict import Blocker
 
 JSON = dict[str, Any]
 
@@ -138,10 +139,11 @@ def doctor(report: api.DoctorReport) -> JSON:
         "ready": found.ready,
         "strict": found.strict,
         "model": found.model.name if found.model else None,
-        "blockers": [
-            {"what": b.what, "source": b.source, "fixed_by": b.fixed_by, "note": b.note}
-            for b in found.blockers
-        ],
+        "blockers": [_blocker(b) for b in found.blockers],
+        "opt_in": [_blocker(b) for b in found.opt_in],
+        "tables": [_blocker(b) for b in found.tables],
+        "not_for_this_model": list(found.elsewhere),
+        "quantization": found.quantization,
         "eagle3": {
             "required": list(found.required),
             "called_at": {method: list(places) for method, places in found.required.items()},
@@ -153,6 +155,16 @@ def doctor(report: api.DoctorReport) -> JSON:
         "not_judged": [{"file": file, "why": why} for file, why in found.not_judged],
         "kernels": None if report.kernels is None else [k.to_json() for k in report.kernels],
         "kernels_from": str(report.kernels_from) if report.kernels_from else None,
+    }
+
+
+def _blocker(blocker: Blocker) -> JSON:
+    return {
+        "what": blocker.what,
+        "source": blocker.source,
+        "fixed_by": blocker.fixed_by,
+        "note": blocker.note,
+        "when": blocker.when,
     }
 
 

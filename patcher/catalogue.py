@@ -6,6 +6,7 @@ import importlib
 import importlib.util
 import os
 import pkgutil
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, redirect_stdout
@@ -15,7 +16,7 @@ from types import ModuleType
 from packaging.version import InvalidVersion, Version
 
 from sglpatch.errors import CatalogueError, raised
-from sglpatch.patch import Patch, blame, path_problem
+from sglpatch.patch import RUNTIMES, ByRelease, Concerns, Effect, Patch, blame, path_problem
 
 __all__ = ["CatalogueError", "load", "patch_in", "validate"]
 
@@ -194,6 +195,8 @@ def validate(patch: Patch) -> None:
         problems.append("fixed_upstream_in must be a Version")
     if not (cls.__doc__ or "").strip() or not (cls.__module__ and _module_doc(cls)):
         problems.append("the class and its module need docstrings saying why it exists")
+    problems += _concerns_problems(getattr(cls, "concerns", None))
+    problems += _effect_problems(getattr(cls, "effect", None), _probe_releases(patch))
     # target_file depends on the release: check it at the releases `tested` names now, and at
     # the target's own release when a command runs (Patch.package_file).
     for release in [] if problems else _probe_releases(patch):
@@ -208,6 +211,62 @@ def validate(patch: Patch) -> None:
             break
     if problems:
         raise CatalogueError(f"patch {cls.__module__}.{cls.__name__}: {'; '.join(problems)}")
+
+
+def _names(value: object, shape: re.Pattern[str]) -> bool:
+    """A tuple of distinct strings, each in `shape`."""
+    return (
+        isinstance(value, tuple)
+        and all(isinstance(v, str) and shape.fullmatch(v) for v in value)
+        and len(set(value)) == len(value)
+    )
+
+
+_CLASS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MODULE = re.compile(r"sglang(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+_QUANTIZATION = re.compile(r"[a-z0-9][a-z0-9_\-]*")
+_FLAG = re.compile(r"--[a-z0-9][a-z0-9\-]*(?: [A-Za-z0-9_.\-]+)?")
+
+
+def _concerns_problems(concerns: object) -> list[str]:
+    """What is wrong with a patch's `concerns` (doctor matches models and flags by it)."""
+    if not isinstance(concerns, Concerns):
+        return ["concerns must be a Concerns(...)"]
+    problems = []
+    if not _names(concerns.architectures, _CLASS_NAME):
+        problems.append("concerns.architectures must be a tuple of distinct class names")
+    if not _names(concerns.uses, _MODULE):
+        problems.append("concerns.uses must be a tuple of distinct sglang.* module names")
+    if not _names(concerns.quantization, _QUANTIZATION):
+        problems.append(
+            "concerns.quantization must be a tuple of distinct --quantization names (fp8, mxfp4)"
+        )
+    flag = concerns.flag
+    if flag is not None and not (isinstance(flag, str) and _FLAG.fullmatch(flag)):
+        problems.append("concerns.flag must be None or one option, `--name` or `--name value`")
+    if concerns.runtime not in RUNTIMES:
+        problems.append(f"concerns.runtime must be one of {', '.join(RUNTIMES)}")
+    elif concerns.runtime != "srt" and (concerns.architectures or concerns.uses):
+        problems.append("concerns of a multimodal_gen patch name no srt models")
+    return problems
+
+
+def _effect_problems(effect: object, releases: list[Version]) -> list[str]:
+    """An `Effect`, or a `ByRelease` table of them with one row for each release `tested` names."""
+    if isinstance(effect, Effect):
+        return []
+    if not isinstance(effect, ByRelease) or not all(
+        isinstance(v, Effect) for v in effect.rows.values()
+    ):
+        return ["effect must be an Effect or a ByRelease table of Effects"]
+    for release in releases:
+        try:
+            row = effect.get(release)
+        except ValueError as error:
+            return [f"effect: {error}"]
+        if row is None:
+            return [f"effect has no row for SGLang {release}"]
+    return []
 
 
 def _module_doc(cls: type) -> bool:

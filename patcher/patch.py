@@ -5,6 +5,8 @@ module needs comes from here:
 
     from sglpatch.patch import TESTED, AlreadyPresent, ByRelease, Patch, cst, cst_tools
 
+and, when it concerns only some start-ups, `Concerns` and `Effect` (doctor reads them).
+
 `cst` is libcst and `cst_tools` sglpatch's exact edits on its trees; both load on first use, so
 `status` and `list` never pay for libcst. `TESTED` is the range of releases the built-in catalogue
 is tested on: a new SGLang release is one edit, `NEWEST_TESTED`.
@@ -17,8 +19,9 @@ import sys
 from abc import ABC, ABCMeta, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, redirect_stdout
+from enum import Enum
 from types import FunctionType
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -43,6 +46,8 @@ __all__ = [
     "AlreadyUpstream",
     "AnchorMissing",
     "ByRelease",
+    "Concerns",
+    "Effect",
     "Patch",
     "PostconditionFailed",
     "cst",
@@ -100,6 +105,45 @@ class ByRelease(Generic[T_co]):
         return matches[0] if matches else None
 
 
+class Effect(Enum):
+    """What a pending patch changes on a capability-12 part, on one release (doctor's blockers)."""
+
+    # Without it a capability-12 start-up or request fails, or takes a path that cannot run.
+    RUN = "changes the run"
+    # The run is the same with or without it on every capability-12 part (a table's missing row
+    # filled in, code those parts never reach): reported as such, never a blocker.
+    TABLE = "completes a table"
+
+
+# Where the code a patch changes runs: the LLM server, or the diffusion runtime.
+RUNTIMES = ("srt", "multimodal_gen")
+
+
+class Concerns(NamedTuple):
+    """Which start-ups reach the code a patch changes. The default: every model, default flags.
+
+    architectures  the model classes it matters for, as config.json's `architectures` names
+                   them (`KimiK25ForConditionalGeneration`); () with no `uses`: every model
+    uses           or the models whose models module is, or imports from, one of these
+                   modules (`sglang.srt.layers.attention.vision`: every model with that ViT)
+    quantization   the checkpoint quantizations it matters for, as `--quantization` names
+                   them (`fp8`, `modelopt_fp4`, `mxfp4`); (): every one, unquantized too
+    flag           the opt-in start-up option without which the code is not reached
+                   (`--enable-torch-symm-mem`); None: reached with default flags
+    runtime        "srt" (the LLM server) or "multimodal_gen" (the diffusion runtime)
+    """
+
+    architectures: tuple[str, ...] = ()
+    uses: tuple[str, ...] = ()
+    quantization: tuple[str, ...] = ()
+    flag: str | None = None
+    runtime: str = "srt"
+
+    @property
+    def every_model(self) -> bool:
+        return not self.architectures and not self.uses and self.runtime == "srt"
+
+
 def _reads_files(cls: type) -> bool:
     """Whether `cls` keeps `Patch`'s own `target_file`, the one that reads `files`."""
     owner = next(k for k in cls.__mro__ if "target_file" in vars(k))
@@ -133,6 +177,10 @@ class Patch(ABC, metaclass=_Declared):
       fixed_upstream_in  the first release whose own code no longer needs it, if any
       files              the file to edit on each release, relative to the `sglang` package
                          (a `ByRelease` table; None where a release has none)
+      concerns           the models, quantizations and opt-in flag it matters for (`Concerns`;
+                         by default every model with default flags)
+      effect             `Effect.RUN` (the default) or `Effect.TABLE`, or a `ByRelease` table
+                         of them where it differs by release
     and implement `transform` and `postcondition`. `target_file` reads `files`; a patch whose
     file is not a table of releases overrides `target_file` instead.
     """
@@ -143,6 +191,8 @@ class Patch(ABC, metaclass=_Declared):
     tested: ClassVar[SpecifierSet]
     fixed_upstream_in: ClassVar[Version | None] = None
     files: ClassVar[ByRelease[str | None]]
+    concerns: ClassVar[Concerns] = Concerns()
+    effect: ClassVar[Effect | ByRelease[Effect]] = Effect.RUN
     # Where the catalogue found the patch ("built-in", a plugin's name or a folder); set on load.
     origin: str = "built-in"
 
@@ -167,6 +217,14 @@ class Patch(ABC, metaclass=_Declared):
     def fixed_upstream(self, release: Version) -> bool:
         with blame(self):
             return self.fixed_upstream_in is not None and release >= self.fixed_upstream_in
+
+    def effect_on(self, release: Version) -> Effect:
+        """What the patch changes on `release`; a table of effects without a row for it: RUN
+        (a blocker is the safe answer)."""
+        with blame(self):
+            declared = self.effect
+            effect = declared.get(release) if isinstance(declared, ByRelease) else declared
+            return effect if isinstance(effect, Effect) else Effect.RUN
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -224,6 +282,7 @@ _HOOKS: dict[str, tuple[type[BaseException], ...]] = {
     "postcondition": EXPECTED,
     "is_tested": (),
     "fixed_upstream": (),
+    "effect_on": (),
 }
 # The patch whose code runs now: a blamed call inside another leaves the answer to the outer one.
 _running: list[Patch] = []

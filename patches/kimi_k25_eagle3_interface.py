@@ -18,6 +18,7 @@ from sglpatch.patch import (
     AlreadyPresent,
     AnchorMissing,
     ByRelease,
+    Concerns,
     Patch,
     PostconditionFailed,
     cst,
@@ -65,6 +66,7 @@ class KimiK25Eagle3Interface(Patch):
     tested = TESTED
     fixed_upstream_in = Version("0.5.10")
     files = MODEL_FILE
+    concerns = Concerns(architectures=(CLASS,))
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         model = cst_tools.find_class(module, CLASS)

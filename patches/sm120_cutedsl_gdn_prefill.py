@@ -23,12 +23,26 @@ from sglpatch.patch import (
     AlreadyUpstream,
     AnchorMissing,
     ByRelease,
+    Concerns,
     Patch,
     PostconditionFailed,
     cst,
     cst_tools,
 )
 
+# The hybrid-GDN architectures of 0.5.13 - 0.5.22 (model_runner's `hybrid_gdn_config`, then the
+# linear-attention model registry).
+GDN_MODELS = (
+    "Qwen3NextForCausalLM",
+    "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5ForCausalLM",
+    "Qwen3_5MoeForCausalLM",
+    "InternS2PreviewForConditionalGeneration",
+    "InternS2MobiusForConditionalGeneration",
+    "JetNemotronForCausalLM",
+    "JetVLMForConditionalGeneration",
+)
 KERNEL = ByRelease({">=0.5.13": "srt/layers/attention/linear/kernels/gdn_cutedsl.py"})
 OURS, UPSTREAM = "_is_blackwell", "_is_sm10x"
 
@@ -73,6 +87,7 @@ class Sm120CutedslGdnPrefill(Patch):
     tested = TESTED
     fixed_upstream_in = Version("0.5.23")
     files = KERNEL
+    concerns = Concerns(architectures=GDN_MODELS, flag="--linear-attn-backend cutedsl")
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         ours = _function(module, OURS)

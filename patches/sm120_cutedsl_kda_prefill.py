@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from packaging.version import Version
 
-from sglpatch.patch import TESTED, ByRelease
+from sglpatch.patch import TESTED, ByRelease, Concerns
 from sglpatch.patches.sm120_cutedsl_gdn_prefill import Sm120CutedslGdnPrefill
 
 KERNEL = ByRelease({">=0.5.14": "srt/layers/attention/linear/kernels/kda_cutedsl.py"})
@@ -31,4 +31,7 @@ class Sm120CutedslKdaPrefill(Sm120CutedslGdnPrefill):
     tested = TESTED
     fixed_upstream_in = Version("0.5.23")
     files = KERNEL
+    concerns = Concerns(
+        architectures=("KimiLinearForCausalLM",), flag="--linear-attn-backend cutedsl"
+    )
     kernel: ClassVar[str] = "KDA"

@@ -46,6 +46,7 @@ from sglpatch.patch import (
     AlreadyPresent,
     AnchorMissing,
     ByRelease,
+    Concerns,
     Patch,
     PostconditionFailed,
     cst,
@@ -148,6 +149,7 @@ class Sm120DeepGemmOff(Patch):
     tested = TESTED
     fixed_upstream_in = Version("0.5.21")
     files = CONFIGURER
+    concerns = Concerns(quantization=("fp8",))
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         function = cst_tools.find_function(module, FUNCTION)

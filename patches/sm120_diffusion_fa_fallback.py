@@ -25,6 +25,7 @@ from sglpatch.patch import (
     AlreadyPresent,
     AnchorMissing,
     ByRelease,
+    Concerns,
     Patch,
     PostconditionFailed,
     cst,
@@ -140,6 +141,7 @@ class Sm120DiffusionFaFallback(Patch):
     tested = TESTED
     fixed_upstream_in = FIXED
     files = TARGET
+    concerns = Concerns(runtime="multimodal_gen")
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         if release >= FIXED:

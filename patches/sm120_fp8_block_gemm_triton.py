@@ -33,6 +33,7 @@ from sglpatch.patch import (
     AlreadyPresent,
     AnchorMissing,
     ByRelease,
+    Concerns,
     Patch,
     PostconditionFailed,
     cst,
@@ -119,6 +120,7 @@ class Sm120Fp8BlockGemmTriton(Patch):
     tested = TESTED
     fixed_upstream_in = Version("0.5.10")
     files = FP8_UTILS
+    concerns = Concerns(quantization=("fp8",))
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         function = cst_tools.find_function(module, FUNCTION)

@@ -19,6 +19,7 @@ from sglpatch.patch import (
     AlreadyPresent,
     AnchorMissing,
     ByRelease,
+    Concerns,
     Patch,
     PostconditionFailed,
     cst,
@@ -64,6 +65,7 @@ class Sm120FusedAGemmGate(Patch):
     tested = TESTED
     fixed_upstream_in = Version("0.5.4.post2")
     files = MODEL
+    concerns = Concerns(uses=("sglang.srt.models.deepseek_v2",))
 
     def _flag_value(self, module: cst.Module) -> cst.BaseExpression:
         init = cst_tools.methods(cst_tools.find_class(module, CLASS)).get("__init__")

@@ -27,6 +27,7 @@ from sglpatch.patch import (
     AlreadyUpstream,
     AnchorMissing,
     ByRelease,
+    Concerns,
     Patch,
     PostconditionFailed,
     cst,
@@ -34,6 +35,14 @@ from sglpatch.patch import (
 )
 
 FUNCTION = "attn_backend_wrapper"
+# The hybrid-GDN architectures of 0.5.4.post2 - 0.5.9 (model_runner's `hybrid_gdn_config`).
+GDN_MODELS = (
+    "Qwen3NextForCausalLM",
+    "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration",
+    "JetNemotronForCausalLM",
+    "JetVLMForConditionalGeneration",
+)
 HELPER = "is_sm120_supported"
 # Before 0.5.4.post2 `is_blackwell()` means capability 10 only: capability 12 is never checked.
 TARGET = ByRelease(
@@ -118,6 +127,7 @@ class Sm120HybridGdnBackend(Patch):
     tested = TESTED
     fixed_upstream_in = Version("0.5.10")
     files = TARGET
+    concerns = Concerns(architectures=GDN_MODELS)
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         wrapper = _wrapper(module)

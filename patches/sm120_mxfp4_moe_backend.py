@@ -26,6 +26,7 @@ from sglpatch.patch import (
     AlreadyPresent,
     AnchorMissing,
     ByRelease,
+    Concerns,
     Patch,
     PostconditionFailed,
     cst,
@@ -108,6 +109,7 @@ class Sm120Mxfp4MoeBackend(Patch):
     tested = TESTED
     fixed_upstream_in = Version("0.5.10")
     files = TARGET
+    concerns = Concerns(architectures=("GptOssForCausalLM",), quantization=("mxfp4",))
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         head = _mxfp4_chain(module)

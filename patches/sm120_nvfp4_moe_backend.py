@@ -23,6 +23,7 @@ from sglpatch.patch import (
     AlreadyPresent,
     AnchorMissing,
     ByRelease,
+    Concerns,
     Patch,
     PostconditionFailed,
     cst,
@@ -103,6 +104,7 @@ class Sm120Nvfp4MoeBackend(Patch):
     tested = TESTED
     fixed_upstream_in = Version("0.5.13")
     files = RESOLVER
+    concerns = Concerns(quantization=("modelopt_fp4",))
 
     def _method(self, module: cst.Module) -> cst.FunctionDef:
         method = cst_tools.methods(cst_tools.find_class(module, "ServerArgs")).get(METHOD)

@@ -23,6 +23,7 @@ from sglpatch.patch import (
     AlreadyPresent,
     AnchorMissing,
     ByRelease,
+    Concerns,
     Patch,
     PostconditionFailed,
     cst,
@@ -58,6 +59,7 @@ class Sm120PrefillAttentionBlock(Patch):
     )
     tested = TESTED
     files = FILE
+    concerns = Concerns(uses=("sglang.srt.layers.attention.vision",))
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         launcher = cst_tools.find_function(module, LAUNCHER)

@@ -25,6 +25,8 @@ from sglpatch.patch import (
     AlreadyPresent,
     AnchorMissing,
     ByRelease,
+    Concerns,
+    Effect,
     Patch,
     PostconditionFailed,
     cst,
@@ -59,6 +61,10 @@ class Sm120SymmMemSizes(Patch):
     )
     tested = TESTED
     files = FILE
+    concerns = Concerns(flag="--enable-torch-symm-mem")
+    # From 0.5.14 the communicator ends up off with or without the row on every capability-12
+    # part (no NVLink multicast): there the row only completes the table.
+    effect = ByRelease({"<0.5.14": Effect.RUN, ">=0.5.14": Effect.TABLE})
 
     def _table(self, module: cst.Module, release: Version) -> cst.Dict:
         name = TABLE.get(release)

@@ -25,6 +25,8 @@ from sglpatch.patch import (
     AlreadyUpstream,
     AnchorMissing,
     ByRelease,
+    Concerns,
+    Effect,
     Patch,
     PostconditionFailed,
     cst,
@@ -58,6 +60,10 @@ class Sm120SymmMemTwoShot(Patch):
     tested = TESTED
     fixed_upstream_in = Version("0.5.14")
     files = MODULE
+    concerns = Concerns(flag="--enable-torch-symm-mem")
+    # all_reduce() runs only on a communicator with NVLink multicast, which no capability-12
+    # part has: the row completes the table.
+    effect = Effect.TABLE
 
     def _class(self, module: cst.Module, release: Version) -> cst.ClassDef:
         name = COMMUNICATOR.get(release)

@@ -25,6 +25,7 @@ from sglpatch.patch import (
     AlreadyPresent,
     AnchorMissing,
     ByRelease,
+    Concerns,
     Patch,
     PostconditionFailed,
     cst,
@@ -122,6 +123,7 @@ class Sm120TritonKernelsMoeNonPersistent(Patch):
     tested = TESTED
     fixed_upstream_in = FIXED
     files = TARGET
+    concerns = Concerns(flag="--moe-runner-backend triton_kernel")
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         if _sm120_branches(module):

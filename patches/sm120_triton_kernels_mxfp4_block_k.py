@@ -27,6 +27,7 @@ from sglpatch.patch import (
     AlreadyPresent,
     AnchorMissing,
     ByRelease,
+    Concerns,
     Patch,
     PostconditionFailed,
     cst,
@@ -117,6 +118,7 @@ class Sm120TritonKernelsMxfp4BlockK(Patch):
     tested = TESTED
     fixed_upstream_in = Version("0.5.10")
     files = TARGET
+    concerns = Concerns(architectures=("GptOssForCausalLM",), quantization=("mxfp4",))
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         function = _swizzle(module)

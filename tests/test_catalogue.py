@@ -12,10 +12,18 @@ from packaging.version import Version
 
 import sglpatch.patches
 from sglpatch import catalogue, engine
-from sglpatch.patch import NEWEST_TESTED, OLDEST_TESTED, ByRelease, Patch, since
+from sglpatch.patch import (
+    NEWEST_TESTED,
+    OLDEST_TESTED,
+    ByRelease,
+    Concerns,
+    Effect,
+    Patch,
+    since,
+)
 from sglpatch.results import Applied
 from tests.support import wheels
-from tests.support.releases import SEED
+from tests.support.releases import RELEASES, SEED
 
 
 def test_every_module_holds_exactly_one_well_formed_patch() -> None:
@@ -199,3 +207,63 @@ def test_the_cli_id_column_fits_every_built_in_id() -> None:
     from sglpatch.cli.output import id_width
 
     assert max(len(p.id) for p in catalogue.load()) == id_width()
+
+
+def _declaring(monkeypatch: pytest.MonkeyPatch, **attrs: object) -> list[Patch]:
+    """Load one patch with these class attributes (and an id, a symptom, docstrings)."""
+    module = types.ModuleType("declares")
+    module.__doc__ = "Why."
+    monkeypatch.setitem(sys.modules, "declares", module)
+    body = {"__module__": "declares", "__doc__": "x", "id": "declares", "symptom": "it breaks"}
+    module.Declares = type("Declares", (_Dummy,), {**body, **attrs})  # type: ignore[attr-defined]
+    return catalogue.load(modules=[(module, "test")])
+
+
+def test_a_patch_that_declares_nothing_concerns_every_model_and_changes_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A plugin written before `concerns` and `effect` existed keeps working: the safe defaults."""
+    [patch] = _declaring(monkeypatch)
+    assert patch.concerns == Concerns() and patch.concerns.every_model
+    assert patch.effect_on(Version(SEED)) is Effect.RUN
+
+
+def test_an_effect_table_is_read_per_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = ByRelease({"<0.5.14": Effect.RUN, ">=0.5.14": Effect.TABLE})
+    [patch] = _declaring(monkeypatch, effect=table)
+    assert patch.effect_on(Version("0.5.13.post1")) is Effect.RUN
+    assert patch.effect_on(Version("0.5.14")) is Effect.TABLE
+
+
+@pytest.mark.parametrize(
+    ("attrs", "problem"),
+    [
+        ({"concerns": ("KimiK25ForConditionalGeneration",)}, "concerns must be a Concerns"),
+        ({"concerns": Concerns(architectures=["Kimi"])}, "architectures must be a tuple"),  # type: ignore[arg-type]
+        ({"concerns": Concerns(architectures=("moonshotai/Kimi-K2.5",))}, "class names"),
+        ({"concerns": Concerns(architectures=("A", "A"))}, "distinct class names"),
+        ({"concerns": Concerns(uses=("srt.layers.attention.vision",))}, "sglang.* module"),
+        ({"concerns": Concerns(quantization=("NVFP4 ",))}, "--quantization names"),
+        ({"concerns": Concerns(flag="enable-torch-symm-mem")}, "concerns.flag"),
+        ({"concerns": Concerns(flag="--a\n--b")}, "concerns.flag"),
+        ({"concerns": Concerns(runtime="diffusion")}, "runtime must be one of"),
+        ({"concerns": Concerns(architectures=("A",), runtime="multimodal_gen")}, "no srt models"),
+        ({"effect": "completes a table"}, "effect must be an Effect"),
+        ({"effect": ByRelease({">=0.5.9": Effect.TABLE})}, "no row for SGLang 0.5"),
+        ({"effect": ByRelease({">=0.4": Effect.RUN, "<=0.5": Effect.TABLE})}, "2 rows match"),
+    ],
+)
+def test_a_malformed_concerns_or_effect_is_rejected(
+    monkeypatch: pytest.MonkeyPatch, attrs: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(catalogue.CatalogueError, match=problem):
+        _declaring(monkeypatch, **attrs)
+
+
+def test_every_built_in_patch_declares_an_effect_for_each_release() -> None:
+    """`effect_on` answers from the patch's own table on every release (no silent fallback)."""
+    for patch in catalogue.load():
+        effect = type(patch).effect
+        for release in map(Version, RELEASES):
+            row = effect.get(release) if isinstance(effect, ByRelease) else effect
+            assert isinstance(row, Effect), (patch.id, release)

@@ -69,6 +69,14 @@ def pending_patches(site: Path, ledger: Path) -> set[str]:
     }
 
 
+def accounted(report: dict[str, Any], unique: bool = True) -> Any:
+    """The ids of every pending patch (and model) doctor lists: blockers, opt-in, table-only,
+    and those about other models; as a list (`unique` False) to count repeats."""
+    found = [b["source"] for key in ("blockers", "opt_in", "tables") for b in report[key]]
+    found += report["not_for_this_model"]
+    return set(found) if unique else found
+
+
 def finding_at(report: dict[str, Any], file: str, code: str) -> list[dict[str, Any]]:
     """Suspects and refusals in `file` whose deciding line holds `code`."""
     return [
@@ -92,12 +100,17 @@ def test_0_5_9_kimi_has_blockers_all_fixed_by_apply(trees: dict[str, Path], tmp_
     # Kimi's missing EAGLE-3 methods are one blocker, fixed by the patch that adds them.
     (kimi,) = [b for b in blockers if b["source"] == KIMI]
     assert "get_embed_and_head" in kimi["what"] and kimi["fixed_by"] == KIMI_PATCH
-    # Every catalogue patch with work on 0.5.9 is a blocker, with its declared symptom.
+    # Every catalogue patch with work on 0.5.9 is listed once, with its declared symptom: a
+    # blocker, opt-in (symm-mem), table-only (two-shot), or about other models.
     catalog = {p.id: p for p in catalogue.load()}
     sources = {b["source"] for b in blockers} - {KIMI}
-    assert sources == pending_patches(trees["0.5.9"], tmp_path / "ledger")
-    assert {"sm120-symm-mem-sizes", "sm120-symm-mem-two-shot"} <= sources
+    listed = sorted(accounted(report) - {KIMI})
+    assert set(listed) == pending_patches(trees["0.5.9"], tmp_path / "ledger")
+    assert len(listed) == len(accounted(report, unique=False)) - 1  # each patch once
+    assert [b["source"] for b in report["opt_in"]] == ["sm120-symm-mem-sizes"]
+    assert "sm120-symm-mem-two-shot" in {b["source"] for b in report["tables"]}
     assert all(b["what"] == catalog[b["source"]].symptom for b in blockers if b["source"] != KIMI)
+    assert sources and all(catalog[s].concerns.flag is None for s in sources)
 
 
 @pytest.mark.wheel
@@ -118,7 +131,7 @@ def test_later_releases_kimi_has_its_methods_and_apply_clears_the_rest(
     assert before["model"] == KIMI
     assert before["eagle3"]["models"][KIMI]["missing"] == []  # upstream since 0.5.10
     pending = pending_patches(trees[release], tmp_path / "ledger")
-    assert {b["source"] for b in before["blockers"]} == pending
+    assert accounted(before) == pending
     assert all(b["fixed_by"] for b in before["blockers"])
     assert (code == 0) == (not before["blockers"])
     code, after = run_doctor(applied[release], "--model", KIMI)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -17,10 +17,14 @@ from sglpatch.cli.output import emit
 from sglpatch.errors import ExitCode
 from sglpatch.usage import examples
 
+if TYPE_CHECKING:  # doctor's scanners load only when doctor runs
+    from sglpatch.doctor.verdict import Blocker, Diagnosis
+
 
 @app.command(
     epilog=examples(
         "sglpatch doctor",
+        "sglpatch doctor --model kimi_k25 --verbose",
         "sglpatch doctor --model kimi_k25 --json",
     )
 )
@@ -48,6 +52,14 @@ def doctor(
     strict: Annotated[
         bool, typer.Option("--strict", help="Count every suspect as a blocker.")
     ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="List every suspect, refusal, installed kernel and patch about other models.",
+        ),
+    ] = False,
     version: VersionOption = None,
     catalog: CatalogOption = None,
     json_out: JsonOption = False,
@@ -74,7 +86,7 @@ def doctor(
     if json_out:
         emit(as_json.doctor(report))
     else:
-        _print_diagnosis(report)
+        _print_diagnosis(report, verbose)
     if not report.diagnosis.ready:
         raise typer.Exit(ExitCode.GAPS)
 
@@ -89,19 +101,53 @@ def _progress(stage: str) -> None:
     sys.stderr.flush()
 
 
-def _print_diagnosis(report: api.DoctorReport) -> None:
+def _print_diagnosis(report: api.DoctorReport, verbose: bool = False) -> None:
+    """The verdict, what blocks and what to run; counts for the rest (`verbose`: the lists)."""
     found = report.diagnosis
     typer.echo(found.verdict)
     typer.echo(f"  target: {report.target.root}")
     if found.blockers:
         typer.echo("\nBlockers:")
-        for blocker in found.blockers:
-            fix = f"fixed by `sglpatch apply` ({blocker.fixed_by})" if blocker.fixed_by else ""
-            fix = fix or f"no patch yet ({blocker.source})"
-            note = f"; {blocker.note}" if blocker.note else ""
-            if blocker.source == KERNELS:  # a compiled package: its fix is another build
-                fix, note = "`sglpatch apply` cannot fix it", f"; fix: {blocker.note}"
-            typer.echo(f"  - {blocker.what}\n      {fix}{note}")
+        _print_rows(found.blockers)
+    if found.opt_in:
+        flags = sorted({b.when for b in found.opt_in})
+        typer.echo(f"\nNot blockers: only {' or '.join(flags)}:")
+        _print_rows(found.opt_in, conditions=False)
+    if found.tables:
+        typer.echo("\nNot blockers: complete a table only (the run is the same without them):")
+        typer.echo(f"  {', '.join(b.source for b in found.tables)}")
+    if found.elsewhere:
+        count = len(found.elsewhere)
+        subject = found.model.name if found.model else found.asked
+        named = f": {', '.join(found.elsewhere)}" if verbose else " (--verbose names them)"
+        typer.echo(
+            f"\nNot about {subject}: {count} pending patch{'es' * (count > 1)} for other models"
+            + (" or quantizations" if found.quantization else "")
+            + named
+        )
+    _print_eagle3(found)
+    _print_next(report)
+    _print_suspects(found, verbose)
+    _print_kernels(report, verbose)
+    if found.not_judged:
+        count = len(found.not_judged)
+        typer.echo(f"\nNot judged (could not be read or parsed): {count} file{'s' * (count > 1)}")
+        for file, why in found.not_judged:
+            typer.echo(f"  {file}: {why}")
+
+
+def _print_rows(rows: tuple[Blocker, ...], conditions: bool = True) -> None:
+    for blocker in rows:
+        fix = f"fixed by `sglpatch apply` ({blocker.fixed_by})" if blocker.fixed_by else ""
+        fix = fix or f"no patch yet ({blocker.source})"
+        note = f"; {blocker.note}" if blocker.note else ""
+        if blocker.source == KERNELS:  # a compiled package: its fix is another build
+            fix, note = "`sglpatch apply` cannot fix it", f"; fix: {blocker.note}"
+        when = f" ({blocker.when})" if blocker.when and conditions else ""
+        typer.echo(f"  - {blocker.what}{when}\n      {fix}{note}")
+
+
+def _print_eagle3(found: Diagnosis) -> None:
     unread = [f for f, _ in found.not_judged if f.startswith("sglang/srt/models/")]
     if found.model is not None:
         model = found.model
@@ -116,6 +162,18 @@ def _print_diagnosis(report: api.DoctorReport) -> None:
             f"{', '.join(found.required) or '(nothing required)'}; {len(found.excluded)} other "
             "registered classes are no EAGLE-3 target. Pass --model to check yours."
         )
+
+
+def _print_next(report: api.DoctorReport) -> None:
+    """What to run: apply when a listed patch is pending, then doctor again."""
+    found = report.diagnosis
+    rows = (*found.blockers, *found.opt_in)
+    if any(b.fixed_by and b.source != KERNELS for b in rows):
+        again = "sglpatch doctor" + (f" --model {found.asked}" if found.asked else "")
+        typer.echo(f"\nNext: `sglpatch apply`, then `{again}` again.")
+
+
+def _print_suspects(found: Diagnosis, verbose: bool) -> None:
     suspects = found.suspects
     files = len({s.finding.file for s in suspects})
     covered = sum(1 for s in suspects if s.covered_by)
@@ -123,8 +181,9 @@ def _print_diagnosis(report: api.DoctorReport) -> None:
     typer.echo(
         f"\nSuspects ({label}): {len(suspects)} capability gates in {files} files"
         + (f", {covered} covered by a pending patch" if covered else "")
+        + ("" if verbose or not suspects else " (--verbose lists them)")
     )
-    for suspect in suspects:
+    for suspect in suspects if verbose else ():
         f = suspect.finding
         cover = f"  [covered by {suspect.covered_by}]" if suspect.covered_by else ""
         typer.echo(f"  {f.file}:{f.line}: {f.code}{cover}")
@@ -135,18 +194,17 @@ def _print_diagnosis(report: api.DoctorReport) -> None:
     if found.refusals:
         typer.echo(
             f"\nNot listed: {len(found.refusals)} places that refuse capability 12 with an error "
-            "by design (--json lists them)."
+            "by design (`sglpatch doctor --verbose` lists them)."
+            if not verbose
+            else f"\nRefuse capability 12 with an error, by design: {len(found.refusals)} places"
         )
-    _print_kernels(report)
-    if found.not_judged:
-        count = len(found.not_judged)
-        typer.echo(f"\nNot judged (could not be read or parsed): {count} file{'s' * (count > 1)}")
-        for file, why in found.not_judged:
-            typer.echo(f"  {file}: {why}")
+    for f in found.refusals if verbose else ():
+        typer.echo(f"  {f.file}:{f.line}: {f.code}")
 
 
-def _print_kernels(report: api.DoctorReport) -> None:
-    """The compiled packages beside SGLang: those installed in a few lines each, the rest named."""
+def _print_kernels(report: api.DoctorReport, verbose: bool = False) -> None:
+    """The compiled packages beside SGLang: a count (`verbose`: each installed one in a few
+    lines), and those not installed named."""
     if report.kernels is None:
         typer.echo(
             "\nKernels: not judged (a checkout found by --target: no environment is known; run "
@@ -159,9 +217,15 @@ def _print_kernels(report: api.DoctorReport) -> None:
 
     installed = [k for k in report.kernels if k.version is not None]
     absent = [k.package for k in report.kernels if k.version is None]
-    if installed:
+    if installed and verbose:
         typer.echo("")
         for line in kernels.render(installed, CAPABILITIES):
             typer.echo(line)
+    elif installed:
+        failing = [k for k in installed if any(k.runs_on.get(c) is False for c in CAPABILITIES)]
+        typer.echo(
+            f"\nKernels: {len(installed)} installed package{'s' * (len(installed) > 1)} read, "
+            f"{len(failing)} without code for some capability-12 part (--verbose shows each)"
+        )
     if absent:
         typer.echo(f"\nKernels not installed beside this SGLang (not judged): {', '.join(absent)}")

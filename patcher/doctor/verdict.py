@@ -1,12 +1,18 @@
 """doctor's answer: will this SGLang run on capability-12 GPUs, with EAGLE-3 on this model?
 
-Blockers are what is known to break: every catalogue patch that still has work on this release
+Blockers are what is known to break: the catalogue patches that still have work on this release
 (each declares the `symptom` a capability-12 user sees without it) and the chosen model's
-missing EAGLE-3 methods. A patch that edits a models module concerns that model only, so it is a
-blocker only when that is the chosen model. The scanner's findings are suspects: listed, counted,
-and blockers only under `strict`. A file doctor could not read or parse is not judged: listed,
-and the answer cannot be "ready" (what it holds is unknown). Ready means no blockers and every
-file judged.
+missing EAGLE-3 methods. A pending patch whose effect on this release only completes a table
+(`Effect.TABLE`) is listed as such, never a blocker. Without a model, every other pending patch
+blocks (the whole release), but one that edits a models module. With one, what each patch
+`concerns` decides: a blocker is a patch this model's start-up reaches with default flags; one
+that needs an opt-in flag is listed apart, one about other models (or, when the quantization is
+known, other quantizations) is counted. A quantization-specific patch blocks when the
+quantization is not known, with its condition ("if the checkpoint is fp8"): apply fixes it
+either way, and "ready" must hold for every checkpoint of the model. The scanner's findings are
+suspects: listed, counted, and blockers only under `strict`. A file doctor could not read or
+parse is not judged: listed, and the answer cannot be "ready" (what it holds is unknown). Ready
+means no blockers and every file judged.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from packaging.version import Version
 from sglpatch.doctor import census, coverage, devices, eagle3, pool, scanner
 from sglpatch.doctor.findings import Finding
 from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source
-from sglpatch.patch import Patch
+from sglpatch.patch import Effect, Patch
 from sglpatch.results import Failed
 
 Progress = Callable[[str], None]
@@ -31,6 +37,7 @@ class Blocker(NamedTuple):
     source: str  # the catalogue patch that knows it, the model, or the suspect's place
     fixed_by: str | None  # the patch `sglpatch apply` runs to fix it
     note: str = ""  # why apply cannot fix it, when it cannot
+    when: str = ""  # the condition it breaks under: "with --enable-torch-symm-mem", "if ..."
 
 
 class ModelReport(NamedTuple):
@@ -57,6 +64,10 @@ class Diagnosis(NamedTuple):
     strict: bool
     asked: str | None = None  # what --model named
     not_judged: tuple[tuple[str, str], ...] = ()  # (sglang/..., why) of files not read or parsed
+    opt_in: tuple[Blocker, ...] = ()  # with --model: pending patches reached only with a flag
+    tables: tuple[Blocker, ...] = ()  # pending patches that only complete a table here
+    elsewhere: tuple[str, ...] = ()  # with --model: pending patches about other models (ids)
+    quantization: str | None = None  # the checkpoint's, when it is known
 
     @property
     def ready(self) -> bool:
@@ -105,6 +116,7 @@ def diagnose(
     *,
     strict: bool = False,
     progress: Progress | None = None,
+    quantization: str | None = None,
 ) -> Diagnosis:
     say = progress or (lambda _: None)  # the stages, for a terminal's progress line
     source = Source(package_dir)
@@ -138,7 +150,13 @@ def diagnose(
 
     suspects = tuple(Suspect(f, covered.get(f)) for f in findings if f.kind != "refusal")
     modules = {f"sglang/{p.relative_to(package_dir).as_posix()}" for p in paths}
-    blockers = _blockers(work, reports, chosen, model, modules, release)
+    asked = None
+    if model is not None:
+        asked = _Asked(
+            {r.name for r in registered}, _modules_of(models, registered), modules, quantization
+        )
+    found = _sort(work, chosen, asked, release)
+    blockers = found.blockers + _missing_methods(reports, model)
     if strict:
         blockers += [_as_blocker(s) for s in suspects]
     refusals = tuple(f for f in findings if f.kind == "refusal")
@@ -154,6 +172,10 @@ def diagnose(
         strict,
         model,
         tuple(sorted(source.not_judged.items())),
+        tuple(found.opt_in),
+        tuple(found.tables),
+        tuple(found.elsewhere),
+        quantization if model is not None else None,
     )
 
 
@@ -187,42 +209,109 @@ def _as_blocker(suspect: Suspect) -> Blocker:
     )
 
 
-def _blockers(
+class _Asked(NamedTuple):
+    """The model `--model` chose, as patches' `concerns` are matched against it."""
+
+    names: set[str]  # its registered classes
+    modules: set[str]  # sglang.srt.models.x defining them, and the modules those import from
+    files: set[str]  # sglang/srt/models/x.py read for it
+    quantization: str | None  # the checkpoint's, when known
+
+
+class _Sorted(NamedTuple):
+    blockers: list[Blocker]
+    opt_in: list[Blocker]
+    tables: list[Blocker]
+    elsewhere: list[str]
+
+
+def _modules_of(models: census.Models, registered: Sequence[census.Registered]) -> set[str]:
+    found: set[str] = set()
+    for entry in registered:
+        for path in (entry.path, entry.listed_in):
+            summary = models.summary(path)
+            if summary is not None:
+                found.add(summary.module)
+                found.update(module for module, _ in summary.imports.values())
+    return found
+
+
+def _concerned(check: coverage.PatchCheck, asked: _Asked) -> bool:
+    """Whether the model's start-up reaches the patch's code (quantization and flag aside)."""
+    concerns = check.patch.concerns
+    if concerns.runtime != "srt":
+        return False
+    if concerns.every_model:
+        # A patch that names no model but edits a models module concerns that module's models.
+        return not check.file.startswith("sglang/srt/models/") or check.file in asked.files
+    return bool(concerns.architectures and asked.names & set(concerns.architectures)) or any(
+        module == used or module.startswith(f"{used}.")
+        for used in concerns.uses
+        for module in asked.modules
+    )
+
+
+def _sort(
     work: Sequence[coverage.PatchCheck],
-    reports: tuple[ModelReport, ...],
     chosen: ModelReport | None,
-    model: str | None,
-    chosen_modules: set[str],
+    asked: _Asked | None,
     release: Version | None,
-) -> list[Blocker]:
-    """The pending patches that matter here (another model's fix does not), and the missing
-    EAGLE-3 methods of the model asked for."""
-    blockers: list[Blocker] = []
+) -> _Sorted:
+    """The pending patches, each in one list: blockers, opt-in, table-only, other models'."""
+    found = _Sorted([], [], [], [])
     for check in work:
-        is_model_patch = check.file.startswith("sglang/srt/models/")
-        if is_model_patch and (model is None or check.file not in chosen_modules):
-            continue  # another model's fix
-        if chosen is not None and chosen.fixed_by == check.patch.id:
-            continue  # reported below as the model's missing methods
-        if isinstance(check.outcome, Failed):
-            blockers.append(
-                Blocker(
-                    check.patch.symptom,
-                    check.patch.id,
-                    None,
-                    f"the patch fails: {check.outcome.reason}",
-                )
-            )
+        patch = check.patch
+        if chosen is not None and chosen.fixed_by == patch.id:
+            continue  # reported as the model's missing methods
+        concerns = patch.concerns
+        when = f"with {concerns.flag}" if concerns.flag else ""
+        if release is not None and patch.effect_on(release) is Effect.TABLE:
+            found.tables.append(_as_pending(check, release, f"{Effect.TABLE.value} on {release}"))
+            continue
+        if asked is None:
+            if check.file.startswith("sglang/srt/models/"):
+                continue  # another model's fix
+            found.blockers.append(_as_pending(check, release, when=when))
+            continue
+        wanted = concerns.quantization
+        if not _concerned(check, asked) or (
+            wanted and asked.quantization is not None and asked.quantization not in wanted
+        ):
+            found.elsewhere.append(patch.id)
+        elif concerns.flag:
+            found.opt_in.append(_as_pending(check, release, when=when))
         else:
-            tested = release is None or check.patch.is_tested(release)
-            note = "" if tested else "untested on this release: apply --force"
-            blockers.append(Blocker(check.patch.symptom, check.patch.id, check.patch.id, note))
-    if model is not None:
-        for report in reports:
-            if report.missing:
-                what = f"EAGLE-3 cannot start: {report.name} lacks {', '.join(report.missing)}"
-                blockers.append(Blocker(what, report.name, report.fixed_by))
-    return blockers
+            condition = "" if not wanted or asked.quantization else _if_quantized(wanted)
+            found.blockers.append(_as_pending(check, release, when=condition))
+    return found
+
+
+def _if_quantized(quantization: tuple[str, ...]) -> str:
+    return f"if the checkpoint is {' or '.join(quantization)}"
+
+
+def _as_pending(
+    check: coverage.PatchCheck, release: Version | None, note: str = "", when: str = ""
+) -> Blocker:
+    """A pending patch as a row of the report: fixed by apply, or the reason it fails."""
+    patch = check.patch
+    if isinstance(check.outcome, Failed):
+        fails = f"the patch fails: {check.outcome.reason}"
+        return Blocker(patch.symptom, patch.id, None, "; ".join(filter(None, (fails, note))), when)
+    if release is not None and not patch.is_tested(release):
+        note = "; ".join(filter(None, (note, "untested on this release: apply --force")))
+    return Blocker(patch.symptom, patch.id, patch.id, note, when)
+
+
+def _missing_methods(reports: tuple[ModelReport, ...], model: str | None) -> list[Blocker]:
+    """The EAGLE-3 methods the models asked for lack."""
+    if model is None:
+        return []
+    return [
+        Blocker(f"EAGLE-3 cannot start: {r.name} lacks {', '.join(r.missing)}", r.name, r.fixed_by)
+        for r in reports
+        if r.missing
+    ]
 
 
 def _ours(
