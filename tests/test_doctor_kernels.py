@@ -63,7 +63,11 @@ def test_kernels_that_do_not_run_on_12_1_block_and_apply_cannot_fix_them(
     text = runner.invoke(app, ["doctor", "--target", str(environment)]).stdout
     assert "triton 3.5.1 does not run on 12.1" in text
     assert "`sglpatch apply` cannot fix it; fix: set TRITON_PTXAS_PATH" in text
-    assert "Kernels (the compiled packages beside SGLang" in text
+    # the short report counts the kernels read; --verbose shows each package
+    assert "Kernels: 8 installed packages read, 3 without code for some capability-12 part" in text
+    assert "Kernels (the compiled packages beside SGLang" not in text
+    verbose = runner.invoke(app, ["doctor", "--target", str(environment), "--verbose"]).stdout
+    assert "Kernels (the compiled packages beside SGLang" in verbose
 
 
 def test_the_fix_it_names_clears_the_blocker(
