@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""List every upstream SGLang change that mentions compute capability 12 (SM120 / SM121).
+"""List every upstream SGLang change that decides what compute capability 12 (SM120 / SM121) gets.
 
 Diffs the Python sources of consecutive real SGLang wheels (0.5.3 -> 0.5.23 by default, read
 with zipfile from $SGLPATCH_WHEEL_CACHE, a missing one fetched with `pip download --no-deps`),
-keeps the change hunks whose added or removed lines mention capability 12, and writes one
+keeps the change hunks whose added or removed lines mention capability 12 or are a gate that
+lets 12 in without naming it (GATES: `is_blackwell*`, `is_sm100*` / `is_sm90*` next to SM100-only
+code, `major >= 10` and the like, and the `elif` / `else` / body of such a gate), and writes one
 Markdown table (docs/sm120-upstream.md). The verdicts are human judgements kept in
 docs/sm120-verdicts.json, keyed by (release, file, hunk id); a hunk the file does not know (a
 new release) appears as "unreviewed", so a re-run never loses an old verdict.
@@ -63,6 +65,47 @@ CAPABILITY_NUMBER = re.compile(
 )
 # CUDA toolkit versions look the same (`CUDA_VERSION.major == 12`, `cuda >= (12, 0)`).
 CUDA_VERSION = re.compile(r"(?i)cuda_?version|version\.cuda|cuda\s*>=|cuda_major|nvcc|toolkit")
+
+# Gates that include capability 12 without naming it (issue 19). Each family is one named
+# pattern, searched in one changed line of code (a comment line is no gate); `branch` also reads
+# the file around the line. A hunk is listed when a changed line matches a family and has no
+# twin on the other side of the release's diff, as for the names of 12 above.
+GATES: dict[str, re.Pattern[str]] = {
+    # `is_blackwell()`, `is_blackwell_supported()`, `get_platform().is_blackwell`: true on 10, 11
+    # and 12 from 0.5.4.post2, so 12 takes whatever the branch picks.
+    "blackwell": re.compile(r"\bis_blackwell\w*"),
+    # `is_sm100_supported()`, `is_sm103`, `get_platform().is_sm90`, `is_hopper()`: they exclude
+    # 12, so a change to one matters when it moves an SM100-only name (below) onto or off 12.
+    "sm100-sm90": re.compile(r"\bis_sm(?:100|103|10x|90)\w*|\bis_hopper\w*"),
+    # A capability word (GATE_WORD) next to a lower bound of 8 to 11 (it lets 12 in), or next
+    # to a test of 9 or 10 (`==`, `!=`, `<`, `in`: the branch or its `else` decides for 12):
+    # `major >= 10`, `major == 10`, `device_sm >= 100`, `get_device_sm() >= 100`,
+    # `get_device_capability()[0] >= 10`, `sm_version >= 90`, `capability >= (10, 0)`,
+    # `get_device_sm() not in (100, 103)`.
+    "capability-10": re.compile(
+        r"(>=|>)\s*\(?\s*(8|9|10|11|[89]\d|1[01]\d)\b(?!\.\d)"
+        r"|(==|!=|<=|<)\s*\(?\s*(9|10|9\d|10\d)\b(?!\.\d)"
+        r"|\b(9|10|90|100|103)\s*(==|!=|<=|>=)"
+        r"|\bin\s*[\[({]\s*(\d{1,3}\s*,\s*)*(10|100|103)\s*[,\])}]"
+    ),
+}
+# CAPABILITY_WORD without `minor` (`0 <= minor < 10` is no gate).
+GATE_WORD = re.compile(
+    r"(?i)major|capabilit|\barch\b|arch\b|_arch|\bsm\b|_sm\b|\bsm_|device_sm|\bcc\b"
+)
+# Names of code built for SM100 only (trtllm-gen FMHA/MLA/MoE cubins, TRT-LLM comm kernels,
+# CUTLASS SM100 MLA, DeepGEMM's SM100 path, FlashMLA, tcgen05/TMEM kernels, FP4 GEMM runners,
+# FA4). `blackwell` and `sm100-sm90` lines count only in a hunk that names one of them.
+SM100_ONLY = re.compile(
+    r"(?i)trt_?llm|tllm|cutlass_mla|deep_?gemm|flash_?mla|fp4_gemm|mm_fp4|tcgen05|\btmem\b"
+    r"|\bfa4\b|mnnvl|cutedsl|cute_dsl"
+)
+# `branch`: a changed line that is an `elif`/`else` of, or a line directly in the body of, an
+# `if` chain whose conditions match a family above (e.g. the `else:` after `if is_sm100():`,
+# which 12 reaches), in a hunk that names SM100-only code. This is how a fix that changes what
+# such a gate selects is found.
+BRANCH_KEYWORD = re.compile(r"^\s*(if|elif|else)\b")
+
 # Tests and benchmarks say nothing about what a release does on a capability-12 GPU.
 SKIPPED_PATH = re.compile(r"(^|/)(test|tests|benchmark|benchmarks)/|(^|/)test_[^/]*\.py$")
 
@@ -79,8 +122,17 @@ VERDICT_TEXT = {
     "needs-kernel": "needs a kernel or wheel the old release lacks",
     "new-feature": "new feature",
     "not-a-fix": "not a capability-12 fix",
+    # For the hunks of GATES (gates that include 12 without naming it):
+    "gap": "a gap: 12 gets SM100-only code",
+    "upstream-fix": "upstream fix of a gate that let 12 in (to backport)",
+    "forward-fixed": "forward-fixed",
+    "excluded": "not a gap: 12 excluded before and after",
+    "runs-on-12": "not a gap: what 12 gets runs on 12",
+    "other-platform": "AMD or another platform",
     "unreviewed": "unreviewed",
 }
+# Verdicts that name the sglpatch patch doing the work.
+NEEDS_PATCH = {"backported", "forward-fixed"}
 
 
 class TriageError(Exception):
@@ -102,6 +154,86 @@ def mentions_capability_12(line: str) -> bool:
     )
 
 
+def gate_families(line: str) -> set[str]:
+    """The families of GATES one line of code matches (a comment line matches none)."""
+    code = line.split("#", 1)[0]
+    if not code.strip():
+        return set()
+    found = {
+        name for name, pattern in GATES.items() if name != "capability-10" and pattern.search(code)
+    }
+    if (
+        GATES["capability-10"].search(code)
+        and GATE_WORD.search(code)
+        and not CUDA_VERSION.search(code)
+    ):
+        found.add("capability-10")
+    return found
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _is_code(line: str) -> bool:
+    stripped = line.strip()
+    return bool(stripped) and not stripped.startswith("#")
+
+
+def _header_above(lines: Sequence[str], index: int, level: int) -> int | None:
+    """The `if`/`elif`/`else` line at indentation `level` that ends above `index`, if any.
+
+    A header spanning lines (`if (` ... `):`) is found by its first line.
+    """
+    j = index - 1
+    while j >= 0 and (not _is_code(lines[j]) or _indent(lines[j]) > level):
+        j -= 1
+    while j >= 0 and lines[j].lstrip()[:1] in ")]}":  # the closing line of a long header
+        j -= 1
+        while j >= 0 and (not _is_code(lines[j]) or _indent(lines[j]) > level):
+            j -= 1
+    if j < 0 or _indent(lines[j]) != level or not BRANCH_KEYWORD.match(lines[j]):
+        return None
+    return j
+
+
+def _condition(lines: Sequence[str], header: int) -> str:
+    """The header's text up to its colon (a long condition spans lines)."""
+    text = []
+    for line in lines[header : header + 12]:
+        text.append(line.split("#", 1)[0])
+        if text[-1].rstrip().endswith(":"):
+            break
+    return " ".join(text)
+
+
+def branch_conditions(lines: Sequence[str], index: int) -> str:
+    """The conditions of the `if` chain whose `elif`/`else` or direct body `lines[index]` is.
+
+    Empty when the line is neither (an `if` line is its own condition, matched as a line).
+    """
+    line = lines[index]
+    if not _is_code(line):
+        return ""
+    keyword = BRANCH_KEYWORD.match(line)
+    if keyword and keyword.group(1) != "if":
+        header: int | None = index
+    else:
+        above = index - 1
+        while above >= 0 and (not _is_code(lines[above]) or _indent(lines[above]) >= _indent(line)):
+            above -= 1
+        if above < 0:
+            return ""
+        header = _header_above(lines, above + 1, _indent(lines[above]))
+    conditions = []
+    while header is not None:
+        conditions.append(_condition(lines, header))
+        if BRANCH_KEYWORD.match(lines[header]).group(1) == "if":  # type: ignore[union-attr]
+            break
+        header = _header_above(lines, header, _indent(lines[header]))
+    return " ".join(conditions) if conditions else ""
+
+
 @dataclass(frozen=True)
 class Hunk:
     """One change hunk (3 lines of context) of one file between two consecutive releases."""
@@ -113,7 +245,9 @@ class Hunk:
     id: str  # sha1 of the hunk's capability-12 lines: stable across runs and line shifts
     old_start: int
     new_start: int
-    lines: tuple[str, ...]  # the capability-12 changed lines, "+..." / "-..."
+    lines: tuple[str, ...]  # the lines the id hashes: those naming 12, else the gate lines
+    gates: tuple[str, ...] = ()  # gate lines of a hunk whose id hashes lines naming 12
+    families: tuple[str, ...] = ()  # "names-12" and the GATES families its lines match
 
 
 @dataclass
@@ -156,16 +290,52 @@ def _text(data: bytes | None) -> list[str]:
     return [] if data is None else data.decode("utf-8", errors="replace").splitlines()
 
 
-def _raw_hunks(old: list[str], new: list[str]) -> Iterator[tuple[int, int, list[str], list[str]]]:
+@dataclass(frozen=True)
+class _Raw:
+    """A hunk before judging: the changed lines by index into the two files' lines."""
+
+    path: str
+    old_path: str | None
+    old: list[str]
+    new: list[str]
+    removed: list[int]
+    added: list[int]
+    context: list[str]  # the unchanged lines around the change
+    old_start: int  # 1-based first line of the hunk (context included) in each file
+    new_start: int
+
+
+def _raw_hunks(path: str, old_path: str | None, old: list[str], new: list[str]) -> Iterator[_Raw]:
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
     for group in matcher.get_grouped_opcodes(3):
-        removed = [old[i] for tag, i1, i2, _, _ in group if tag != "equal" for i in range(i1, i2)]
-        added = [new[j] for tag, _, _, j1, j2 in group if tag != "equal" for j in range(j1, j2)]
-        yield group[0][1] + 1, group[0][3] + 1, removed, added
+        removed = [i for tag, i1, i2, _, _ in group if tag != "equal" for i in range(i1, i2)]
+        added = [j for tag, _, _, j1, j2 in group if tag != "equal" for j in range(j1, j2)]
+        context = [old[i] for tag, i1, i2, _, _ in group if tag == "equal" for i in range(i1, i2)]
+        start_old, start_new = group[0][1] + 1, group[0][3] + 1
+        yield _Raw(path, old_path, old, new, removed, added, context, start_old, start_new)
+
+
+def _gate_lines(raw: _Raw) -> tuple[list[str], set[str]]:
+    """The changed lines of `raw` that match a gate family, and the families matched."""
+    lines: list[str] = []
+    families: set[str] = set()
+    near = [*raw.context, *(raw.old[i] for i in raw.removed), *(raw.new[j] for j in raw.added)]
+    names_sm100 = any(SM100_ONLY.search(line) for line in near)
+    for sign, text, indices in (("-", raw.old, raw.removed), ("+", raw.new, raw.added)):
+        for index in indices:
+            found = gate_families(text[index])
+            if not names_sm100:
+                found -= {"blackwell", "sm100-sm90"}
+            if names_sm100 and gate_families(branch_conditions(text, index)):
+                found.add("branch")
+            if found:
+                lines.append(f"{sign}{text[index].strip()}")
+                families |= found
+    return lines, families
 
 
 def diff_releases(previous: str, release: str) -> list[Hunk]:
-    """The capability-12 hunks between two consecutive releases."""
+    """The capability-12 hunks between two consecutive releases: lines that name 12 or gates."""
     old, new = _sources(previous), _sources(release)
     moves = _moves(old, new)
     pairs: list[tuple[str, str | None, bytes | None, bytes | None]] = []
@@ -179,32 +349,53 @@ def diff_releases(previous: str, release: str) -> list[Hunk]:
         elif path not in moves.values():
             pairs.append((path, None, old[path], None))  # deleted, not moved
     raw = [
-        (path, old_path, start_old, start_new, removed, added)
+        hunk
         for path, old_path, before, after in pairs
-        for start_old, start_new, removed, added in _raw_hunks(_text(before), _text(after))
+        for hunk in _raw_hunks(path, old_path, _text(before), _text(after))
     ]
     # A line removed in one place and added back in another (a moved function, a reordered
     # import) is no change of behaviour: only lines with no twin on the other side count.
-    removed_anywhere = Counter(line.strip() for *_, removed, _ in raw for line in removed)
-    added_anywhere = Counter(line.strip() for *_, added in raw for line in added)
-    hunks: list[Hunk] = []
-    seen: Counter[tuple[str, str]] = Counter()
-    for path, old_path, start_old, start_new, removed, added in raw:
-        lines = [f"-{line.strip()}" for line in removed if mentions_capability_12(line)]
-        lines += [f"+{line.strip()}" for line in added if mentions_capability_12(line)]
-        real = [
+    removed_anywhere = Counter(r.old[i].strip() for r in raw for i in r.removed)
+    added_anywhere = Counter(r.new[j].strip() for r in raw for j in r.added)
+
+    def changed(lines: Iterable[str]) -> list[str]:
+        return [
             line
             for line in lines
             if not (added_anywhere if line[0] == "-" else removed_anywhere)[line[1:]]
         ]
-        if not real:
+
+    hunks: list[Hunk] = []
+    seen: Counter[tuple[str, str]] = Counter()
+    for r in raw:
+        lines = [f"-{r.old[i].strip()}" for i in r.removed if mentions_capability_12(r.old[i])]
+        lines += [f"+{r.new[j].strip()}" for j in r.added if mentions_capability_12(r.new[j])]
+        real = changed(lines)
+        gate_lines, families = _gate_lines(r)
+        gates = [line for line in changed(gate_lines) if line not in real]
+        if not real and not gates:
             continue
-        digest = hashlib.sha1("\n".join(real).encode()).hexdigest()[:10]
-        seen[(path, digest)] += 1
-        if seen[(path, digest)] > 1:  # the same lines twice in one file: number them
-            digest = f"{digest}-{seen[(path, digest)]}"
+        # The id hashes the lines that name 12 when there are some (the ids the verdicts of
+        # those hunks were written against), else the gate lines.
+        digest = hashlib.sha1("\n".join(real or gates).encode()).hexdigest()[:10]
+        seen[(r.path, digest)] += 1
+        if seen[(r.path, digest)] > 1:  # the same lines twice in one file: number them
+            digest = f"{digest}-{seen[(r.path, digest)]}"
         hunks.append(
-            Hunk(release, previous, path, old_path, digest, start_old, start_new, tuple(real))
+            Hunk(
+                release,
+                previous,
+                r.path,
+                r.old_path,
+                digest,
+                r.old_start,
+                r.new_start,
+                tuple(real or gates),
+                gates=tuple(gates) if real else (),
+                families=tuple(
+                    sorted(families if gates else set()) + (["names-12"] if real else [])
+                ),
+            )
         )
     return hunks
 
@@ -296,8 +487,10 @@ def unknown_verdicts(changes: Iterable[Change]) -> list[str]:
     for change in changes:
         if change.verdict not in VERDICT_TEXT or change.verdict == "unreviewed":
             problems.append(f"{change.release} {change.description}: verdict {change.verdict!r}")
-        if change.verdict == "backported" and not change.patch:
-            problems.append(f"{change.release} {change.description}: backported without patch")
+        if change.verdict in NEEDS_PATCH and not change.patch:
+            problems.append(
+                f"{change.release} {change.description}: {change.verdict} without patch"
+            )
     return problems
 
 
@@ -333,6 +526,7 @@ def render(table: Sequence[Change], hunks: Sequence[Hunk], first: str, last: str
     for row in table:
         hunk_counts[row.verdict] += len(row.hunks)
     per_release = Counter(row.release for row in table)
+    families = Counter(family for hunk in hunks for family in hunk.families)
     out = [
         "# SM120 / SM121 changes upstream, release by release",
         "",
@@ -354,12 +548,29 @@ def render(table: Sequence[Change], hunks: Sequence[Hunk], first: str, last: str
         "`is_sm120_supported`), a capability-12 device name (RTX PRO 6000, RTX 50x0, GB10, DGX "
         'Spark), an arch string (`"12.0a"`, `120a`), or a capability word (`major`, `minor`, '
         "`capability`, `arch`, `sm`, `cc`) next to `== 12`, `>= 120`, `(12, 0)`, `(120, 121)`, "
-        "`[10, 12]` (lines about the CUDA toolkit version are left out). `is_blackwell*` and "
-        "`is_sm100_supported` alone are not matched: they are not about capability 12 by name.",
+        "`[10, 12]` (lines about the CUDA toolkit version are left out).",
+        "",
+        "A hunk is also listed when a changed line of code (not a comment) is a gate that "
+        "includes 12 without naming it, in one of four families: **blackwell** (`is_blackwell()`, "
+        "`is_blackwell_supported()`, `get_platform().is_blackwell`: true on 10, 11 and 12 from "
+        "0.5.4.post2) and **sm100-sm90** (`is_sm100_supported()`, `is_sm103`, `is_sm90*`, "
+        "`is_hopper()`), both only in a hunk that names code built for SM100 only (trtllm / "
+        "trtllm-gen, `cutlass_mla`, DeepGEMM, FlashMLA, FP4 GEMM runners, tcgen05/TMEM, FA4, "
+        "CuTe DSL, MNNVL); **capability-10** (a capability word next to a lower bound of 8 to 11, "
+        "which lets 12 in, or a test of 9 or 10: `major >= 10`, `major == 10`, "
+        "`device_sm >= 100`, `get_device_sm() >= 100`, `get_device_capability()[0] >= 10`, "
+        "`sm_version >= 90`, `not in (100, 103)`); and **branch** (an `elif`/`else` of, or a "
+        "line directly in the body of, an `if` chain whose condition is one of those gates, in a "
+        "hunk that names SM100-only code: a fix that changes what the gate selects). A hunk "
+        "that also names 12 keeps the id of its capability-12 lines.",
         "",
         "Verdicts: **backported** (the sglpatch patch id), **to backport (not yet)**, **needs a "
         "kernel or wheel the old release lacks**, **new feature**, **not a capability-12 fix** "
-        "(a comment, a test helper, a rename, a CUDA-version check).",
+        "(a comment, a test helper, a rename, a CUDA-version check). For the gate hunks also: "
+        "**a gap: 12 gets SM100-only code** (a release sends 12 to a kernel it cannot run), "
+        "**upstream fix of a gate that let 12 in (to backport)**, **forward-fixed** (the sglpatch "
+        "patch id), **not a gap: 12 excluded before and after**, **not a gap: what 12 gets runs "
+        "on 12**, **AMD or another platform**.",
         "",
         "Rows: "
         + ", ".join(f"{VERDICT_TEXT[v]} {counts[v]}" for v in VERDICT_TEXT if counts[v])
@@ -367,6 +578,8 @@ def render(table: Sequence[Change], hunks: Sequence[Hunk], first: str, last: str
         + ", ".join(f"{VERDICT_TEXT[v]} {hunk_counts[v]}" for v in VERDICT_TEXT if hunk_counts[v])
         + "). Rows per release: "
         + ", ".join(f"{r} {n}" for r, n in sorted(per_release.items(), key=lambda i: Version(i[0])))
+        + ". Hunks per family (a hunk can match several): "
+        + ", ".join(f"{name} {families[name]}" for name in ("names-12", *GATES, "branch"))
         + ".",
         "",
         "| Release | Files | Change | Verdict | Hunks |",
@@ -407,11 +620,13 @@ def dump(hunks: Sequence[Hunk]) -> str:
     out = []
     for hunk in hunks:
         moved = f" (moved from {hunk.old_file})" if hunk.old_file else ""
+        found = f" [{', '.join(hunk.families)}]" if hunk.families else ""
         out.append(
             f"## {hunk.release} {hunk.file}{moved} #{hunk.id} "
-            f"@@ -{hunk.old_start} +{hunk.new_start}"
+            f"@@ -{hunk.old_start} +{hunk.new_start}{found}"
         )
         out.extend(f"    {line}" for line in hunk.lines)
+        out.extend(f"    (gate) {line}" for line in hunk.gates)
     return "\n".join(out) + "\n"
 
 

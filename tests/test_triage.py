@@ -182,3 +182,173 @@ def test_a_small_range_of_real_wheels_regenerates_the_committed_rows(tmp_path: P
         "backported (`sm120-fp8-block-gemm-triton`)",
     }
     assert not any(row[3] == "unreviewed" for row in fresh)
+
+
+# --- gates that include capability 12 without naming it (issue 19) -----------------------------
+
+# Functions far enough apart (8 blank lines) to fall in hunks of their own.
+OLD_GATE = """\
+def pick_backend(server_args):
+    if is_sm100_supported():
+        backend = "trtllm_mla"
+    else:
+        backend = "flashinfer"
+    return backend
+
+
+def use_fp4():
+    if major == 9:
+        return False
+    return True
+
+
+def blackwell_moe():
+    if is_blackwell():
+        return "flashinfer_cutlass"
+    return "triton"
+
+
+def blackwell_attention():
+    return "triton"
+"""
+# `else` after `is_sm100` changed (12 took it); `major >= 10` new; `is_blackwell()` next to trtllm.
+NEW_GATE = """\
+def pick_backend(server_args):
+    if is_sm100_supported():
+        backend = "trtllm_mla"
+    else:
+        backend = "triton"
+    return backend
+
+
+def use_fp4():
+    if major >= 10:
+        return False
+    return True
+
+
+def blackwell_moe():
+    if is_blackwell():
+        return "flashinfer_cutlass_v2"
+    return "triton"
+
+
+def blackwell_attention():
+    if is_blackwell():
+        return "trtllm_mha"
+    return "triton"
+"""
+
+
+OLD_GATE, NEW_GATE = (("\n" * 8 + "def ").join(t.split("\n\n\ndef ")) for t in (OLD_GATE, NEW_GATE))
+
+
+def _fake_releases(monkeypatch: pytest.MonkeyPatch, old: str, new: str) -> None:
+    files = {"0.5.23": old, "0.5.24": new}
+    monkeypatch.setattr(
+        triage, "_sources", lambda release: {"sglang/srt/x.py": files[release].encode()}
+    )
+
+
+def test_gates_that_let_12_in_without_naming_it_are_listed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _fake_releases(monkeypatch, OLD_GATE, NEW_GATE)
+    hunks = triage.diff_releases("0.5.23", "0.5.24")
+    found = {line: hunk.families for hunk in hunks for line in hunk.lines}
+    assert found == {
+        '-backend = "flashinfer"': ("branch",),  # the `else` after `is_sm100`
+        '+backend = "triton"': ("branch",),
+        "-if major == 9:": ("capability-10",),
+        "+if major >= 10:": ("capability-10",),
+        "+if is_blackwell():": ("blackwell", "branch"),  # next to trtllm_mha, and its body
+        '+return "trtllm_mha"': ("blackwell", "branch"),
+    }
+    # `is_blackwell()` with no SM100-only name in its hunk (blackwell_moe) is not listed.
+    assert all("flashinfer_cutlass" not in line for hunk in hunks for line in hunk.lines)
+    assert all("names-12" not in hunk.families for hunk in hunks)
+
+
+@pytest.mark.parametrize(
+    ("line", "families"),
+    [
+        ("if is_blackwell_supported() and use_trtllm:", {"blackwell"}),
+        ("elif get_platform().is_blackwell:", {"blackwell"}),
+        ("if is_sm100_supported() or is_sm90_supported():", {"sm100-sm90"}),
+        ("if major >= 10:", {"capability-10"}),
+        ("if torch.cuda.get_device_capability()[0] >= 10:", {"capability-10"}),
+        ("if get_device_sm() >= 100:", {"capability-10"}),
+        ("if device_sm >= 100 and self.use_mla:", {"capability-10"}),
+        ("if sm_version >= 100:", {"capability-10"}),
+        ("if get_device_sm() not in (100, 103):", {"capability-10"}),
+        ("if capability >= (10, 0):", {"capability-10"}),
+        ("# is_blackwell() is true on 12 too", set()),  # a comment is no gate
+        ("if _device_sm < 80:", set()),  # a bound below 8 says nothing about 12
+        ("assert 0 <= self.minor < 10", set()),
+        ("if CUDA_VERSION.major >= 10:", set()),
+        ("num_warps = 8 if head_dim >= 128 else 4", set()),
+    ],
+)
+def test_each_gate_family_matches_its_lines(line: str, families: set[str]) -> None:
+    assert triage.gate_families(line) == families
+
+
+def test_a_body_line_or_else_belongs_to_the_gate_above_it() -> None:
+    lines = NEW_GATE.splitlines()
+    condition = triage.branch_conditions
+    assert "is_sm100_supported" in condition(lines, lines.index('        backend = "triton"'))
+    assert "is_sm100_supported" in condition(lines, lines.index("    else:"))
+    assert condition(lines, lines.index("    return backend")) == ""  # after the chain
+
+
+def _gate_hunk(hunk: str) -> object:
+    return triage.Hunk(
+        "0.5.24", "0.5.23", "sglang/srt/x.py", None, hunk, 1, 1, ("+if major >= 10:",),
+        families=("capability-10",),
+    )  # fmt: skip
+
+
+def test_a_verdict_file_missing_a_hunk_fails_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hunks = [_gate_hunk("aaaa"), _gate_hunk("bbbb")]
+    monkeypatch.setattr(triage, "collect", lambda first, last: hunks)
+    out, verdicts = tmp_path / "out.md", tmp_path / "verdicts.json"
+    change = {"release": "0.5.24", "verdict": "excluded", "description": "x"}
+    verdicts.write_text(json.dumps([{**change, "hunks": [["sglang/srt/x.py", "aaaa"]]}]))
+    args = ["--from", "0.5.23", "--to", "0.5.24", "--out", str(out), "--verdicts", str(verdicts)]
+    assert triage.main(args) == 0  # writes the table, one row unreviewed
+    assert triage.main([*args, "--check"]) == 1
+    assert "1 hunks have no verdict" in capsys.readouterr().err
+    both = [["sglang/srt/x.py", "aaaa"], ["sglang/srt/x.py", "bbbb"]]
+    verdicts.write_text(json.dumps([{**change, "hunks": both}]))
+    assert triage.main(args) == 0
+    assert triage.main([*args, "--check"]) == 0
+    assert "not a gap: 12 excluded before and after" in out.read_text()
+
+
+def test_the_counts_in_the_doc_match_its_rows_and_the_verdicts() -> None:
+    text = DOC.read_text()
+    table = _table(text)
+    summary = next(line for line in text.splitlines() if line.startswith("Rows: "))
+    by_text = {words: key for key, words in triage.VERDICT_TEXT.items()}
+    rows: dict[str, int] = {}
+    hunks: dict[str, int] = {}
+    for _release, _files, _description, verdict, ids in table:
+        key = by_text[verdict.split(" (`")[0]]
+        rows[key] = rows.get(key, 0) + 1
+        hunks[key] = hunks.get(key, 0) + len(ids.split())
+    said_rows = ", ".join(
+        f"{triage.VERDICT_TEXT[k]} {rows[k]}" for k in triage.VERDICT_TEXT if k in rows
+    )
+    said_hunks = ", ".join(
+        f"{triage.VERDICT_TEXT[k]} {hunks[k]}" for k in triage.VERDICT_TEXT if k in hunks
+    )
+    assert summary.startswith(f"Rows: {said_rows}. Hunks: {sum(hunks.values())} ({said_hunks}).")
+    # Every hunk of the verdicts file is in the table, under its own verdict, once.
+    changes = triage.load_verdicts(VERDICTS)
+    from_file: dict[str, int] = {}
+    for change in changes:
+        from_file[change.verdict] = from_file.get(change.verdict, 0) + len(change.hunks)
+    assert from_file == hunks
+    assert "unreviewed" not in rows
