@@ -1,0 +1,127 @@
+"""The capability-12 census (scripts/sm120_census.py) on real releases: it finds known gaps,
+stops finding them once the catalogue's patch is applied in memory, gives 10.0 what the code
+gives 10.0, and its document is current."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from functools import cache
+from types import ModuleType
+
+import pytest
+from packaging.version import Version
+
+from sglpatch import catalogue, engine, support
+from sglpatch.results import Applied
+from tests.support import census, wheels
+
+pytestmark = pytest.mark.wheel
+
+SEED = "0.5.9"
+SCRIPT = wheels.REPO / "scripts" / "sm120_census.py"
+
+
+@cache
+def script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sm120_census", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    module._quiet()
+    return module
+
+
+def _choice(outcome: census.Outcome, field: str) -> str:
+    assert outcome.not_evaluated is None and outcome.refused is None, outcome
+    return {f: v for _, f, v in outcome.choices}[field]
+
+
+@cache
+def _patched(release: str, patch_id: str) -> dict[str, bytes]:
+    (patch,) = [p for p in catalogue.load() if p.id == patch_id]
+    version = Version(release)
+    path = f"sglang/{patch.target_file(version)}"
+    change, outcomes = engine.transform_source(wheels.member(release, path), path, [patch], version)
+    assert change is not None and isinstance(outcomes[patch_id], Applied)
+    return {path: change.after}
+
+
+KNOWN = [  # (architecture, quantization, kind, field, what 12 gets, the patch, what it gets then)
+    ("Olmo2ForCausalLM", "bf16", "attention", "attention_backend", "fa3",
+     "sm120-olmo-fa3-fallback", "triton"),
+    ("GptOssForCausalLM", "mxfp4", "moe", "moe_runner_backend", "flashinfer_mxfp4",
+     "sm120-mxfp4-moe-backend", "triton_kernel"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("known", KNOWN, ids=[k[0] for k in KNOWN])
+@pytest.mark.parametrize("capability", [(12, 0), (12, 1)], ids=str)
+def test_a_known_gap_is_found_and_gone_once_patched(
+    known: tuple[str, str, str, str, str, str, str], capability: tuple[int, int]
+) -> None:
+    arch, quant, kind, field, unpatched, patch_id, patched = known
+    script()
+    got = _choice(census.Release(SEED, capability).evaluate(arch, quant), field)
+    assert got == unpatched
+    assert support.runs_on(kind, got, capability, release=SEED) is False
+    fixed = census.Release(SEED, capability, _patched(SEED, patch_id)).evaluate(arch, quant)
+    assert _choice(fixed, field) == patched
+    assert support.runs_on(kind, patched, capability, release=SEED) is True
+
+
+def test_the_census_reports_them_with_the_patch_as_verdict() -> None:
+    module = script()
+    cells = [
+        cell
+        for cell in module.run(SEED)
+        if cell.arch in {"Olmo2ForCausalLM", "GptOssForCausalLM", "LlamaForCausalLM"}
+    ]
+    found = {(g.arch, g.variant, g.value): g.verdict for g in module.gaps(cells)[0]}
+    assert found[("Olmo2ForCausalLM", "bf16", "fa3")].startswith(
+        "forward-fixed by sm120-olmo-fa3-fallback"
+    )
+    assert found[("GptOssForCausalLM", "mxfp4", "flashinfer_mxfp4")].startswith(
+        "forward-fixed by sm120-mxfp4-moe-backend"
+    )
+    assert not [key for key in found if key[0] == "LlamaForCausalLM"]  # flashinfer runs on 12
+
+
+def test_capability_10_gets_what_the_code_gives_it() -> None:
+    script()
+    blackwell = census.Release(SEED, (10, 0))
+    gpt_oss = blackwell.evaluate("GptOssForCausalLM", "mxfp4")
+    assert _choice(gpt_oss, "attention_backend") == "trtllm_mha"
+    assert _choice(gpt_oss, "moe_runner_backend") == "flashinfer_mxfp4"
+    assert _choice(blackwell.evaluate("DeepseekV3ForCausalLM", "fp8"), "attention_backend") == (
+        "trtllm_mla"
+    )
+    # The same model on 12.0 takes the release's other branch.
+    assert _choice(census.Release(SEED, (12, 0)).evaluate("GptOssForCausalLM", "mxfp4"),
+                   "attention_backend") == "triton"  # fmt: skip
+
+
+def test_a_stand_in_the_code_decides_with_is_reported_not_guessed() -> None:
+    script()
+    outcome = census.Release(SEED, (12, 0)).evaluate("Exaone4ForCausalLM", "bf16")
+    assert outcome.choices == () and "sliding_window_pattern" in (outcome.not_evaluated or "")
+
+
+def test_the_document_is_current_for_the_seed_release() -> None:
+    module = script()
+    text = module.OUT.read_text()
+    listed = re.search(r"^Releases: (.*)\. Evaluations", text, re.M)
+    assert listed is not None and SEED in listed.group(1).split(", ")
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| 0.5")]
+    rows = [r for r in rows if len(r) == 8]  # the gap table's rows
+    seed_rows = {(r[1], r[2], r[3]) for r in rows if SEED in r[0].lstrip("| ").split(", ")}
+    documented = {
+        (arch, variant, gets) for archs, variant, gets in seed_rows for arch in archs.split(", ")
+    }
+    fresh = {
+        (g.arch, g.variant, f"{g.kind} `{g.value}` ({g.field})")
+        for g in module.gaps(module.run(SEED))[0]
+    }
+    assert fresh and fresh == documented
