@@ -46,3 +46,22 @@ def test_the_test_command_says_what_it_downloads() -> None:
     if all(cached):  # with every wheel here, the size stated is the size downloaded (to 10 %)
         total = sum(w.stat().st_size for w in cached if w) / 2**20
         assert abs(total - said) <= said / 10, total
+
+
+def test_the_patch_table_has_one_row_per_patch_with_its_upstream_fix() -> None:
+    from sglpatch import catalogue
+
+    table = README.split("## The patches")[1].split("\n## ")[0]
+    rows = {
+        cells[0].strip("` "): cells[-1].strip()
+        for line in table.splitlines()
+        if line.startswith("| `") and (cells := [c.strip() for c in line.strip("|").split("|")])
+    }
+    patches = {p.id: p for p in catalogue.load()}
+    assert rows.keys() == patches.keys()
+    for patch_id, upstream in rows.items():
+        fixed = patches[patch_id].fixed_upstream_in
+        if fixed is None:
+            assert upstream == "none yet", patch_id
+        else:
+            assert upstream.startswith(str(fixed)), (patch_id, upstream, fixed)
