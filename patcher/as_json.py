@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sglpatch import api
+from sglpatch.reports import tally
 from sglpatch.results import AlreadyApplied, Failed, NotApplicable, Outcome
 from sglpatch.target import Target
 
@@ -52,6 +53,32 @@ def apply(report: api.ApplyReport, dry_run: bool) -> JSON:
         "untested": list(report.untested),
         "finished_interrupted": report.finished,
         "diff": report.diff,
+        "counts": _counts(
+            [o.state for o in report.outcomes], files=len(report.changed), of=_OUTCOMES
+        ),
+    }
+
+
+# The states each command's `counts` always has (0 when none), keyed with underscores.
+_OUTCOMES = ("applied", "already applied", "already upstream", "failed", "not for this release")
+_ROWS = (
+    "applied",
+    "not applied",
+    "already upstream",
+    "skipped",
+    "edited since applied",
+    "patched",
+    "not for this release",
+)
+
+
+def _counts(states: list[str], of: tuple[str, ...], **more: int) -> JSON:
+    """How many patches are in each state (every state of `of`, and any other seen), and `more`."""
+    seen = tally(states)
+    return {
+        **{s.replace(" ", "_"): seen.get(s, 0) for s in of},
+        **{s.replace(" ", "_"): n for s, n in seen.items() if s not in of},
+        **more,
     }
 
 
@@ -65,6 +92,12 @@ def revert(report: api.RevertReport) -> JSON:
         "left": list(report.left),
         "commit": report.commit,
         "finished_interrupted": report.finished,
+        "patches": list(report.patches),
+        "counts": {
+            "restored": len(report.restored),
+            "already_original": len(report.untouched),
+            "patches": len(report.patches),
+        },
     }
 
 
@@ -76,6 +109,7 @@ def status(report: api.StatusReport) -> JSON:
         "patches": [
             {"id": p.id, "state": p.state, "file": p.file, "note": p.note} for p in report.patches
         ],
+        "counts": _counts([p.state for p in report.patches], of=_ROWS),
     }
 
 
@@ -88,6 +122,16 @@ def check(report: api.CheckReport) -> JSON:
         "missing": [{"id": m.id, "file": m.file, "reason": m.note} for m in report.missing],
         "skipped": list(report.skipped),
         "not_for_this_release": list(report.not_needed),
+        "already_upstream": list(report.upstream),
+        "upgraded_from": report.upgraded_from,
+        "counts": {
+            "in_place": len(report.in_place),
+            "applied": len(report.applied),
+            "already_upstream": len(report.upstream),
+            "missing": len(report.missing),
+            "skipped": len(report.skipped),
+            "not_for_this_release": len(report.not_needed),
+        },
     }
 
 

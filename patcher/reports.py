@@ -6,6 +6,8 @@ milliseconds to define at start-up.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -16,6 +18,29 @@ if TYPE_CHECKING:
     from sglpatch.doctor.kernels import KernelFinding
     from sglpatch.doctor.verdict import Diagnosis
     from sglpatch.store.state import Entry
+
+
+# Every state a patch can be in (apply's outcomes and status's rows), in the order counts list them.
+STATES = (
+    "applied",
+    "already applied",
+    "patched",
+    "not applied",
+    "edited since applied",
+    "skipped",
+    "failed",
+    "already upstream",
+    "not for this release",
+    "unknown",
+)
+
+
+def tally(states: Iterable[str]) -> dict[str, int]:
+    """How many patches are in each state, in the order of `STATES`; states with none left out."""
+    seen = Counter(states)
+    return {
+        state: seen[state] for state in (*STATES, *sorted(set(seen) - set(STATES))) if seen[state]
+    }
 
 
 class ApplyReport(NamedTuple):
@@ -43,6 +68,7 @@ class RevertReport(NamedTuple):
     commit: str | None
     finished: str | None = None
     left: tuple[str, ...] = ()  # no longer regular files (a directory): --force leaves them
+    patches: tuple[str, ...] = ()  # the patches this revert took off the target
 
 
 class PatchStatus(NamedTuple):
@@ -79,10 +105,17 @@ class CheckReport(NamedTuple):
     missing: tuple[PatchStatus, ...]  # meant for this release and not there (note: why)
     skipped: tuple[str, ...]  # left out by the user's choice; never a failure
     not_needed: tuple[str, ...]  # not for this release
+    upstream: tuple[str, ...] = ()  # those of `in_place` the release has upstream
+    upgraded_from: str | None = None  # the release the ledger's patches were applied to, if other
 
     @property
     def ok(self) -> bool:
         return not self.missing
+
+    @property
+    def applied(self) -> tuple[str, ...]:
+        """In place and not upstream: applied by sglpatch or by hand (`patch -p1`)."""
+        return tuple(i for i in self.in_place if i not in self.upstream)
 
 
 class CatalogueRow(NamedTuple):

@@ -128,7 +128,11 @@ def test_check_fails_until_applied_and_after_a_reinstall(runner: CliRunner, site
     assert invoke(runner, *hint.split()[1:])[0] == 0  # the hint, as typed
 
     code, out, err = check(runner, site_059)
-    ok = f"ok: {len(IN_PLACE)} patch(es) in place on SGLang 0.5.9 at {site_059}\n"
+    upstream = sum(row.effect == "already upstream" for row in ROWS)
+    ok = (
+        f"ok: {len(IN_PLACE)} patch(es) in place ({len(IN_PLACE) - upstream} applied, "
+        f"{upstream} already upstream) on SGLang 0.5.9 at {site_059}\n"
+    )
     assert code == 0 and out == ok, err
 
     # a reinstall puts the wheel's bytes back behind sglpatch's back

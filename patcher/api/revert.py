@@ -39,14 +39,15 @@ def revert(
             plan.replaced,
         )
         if (edited or replaced) and not force:
-            raise RefusedError(_edited_message(target, state, sorted(edited), replaced))
+            raise _refusal(target, state, sorted(edited), replaced)
         kept = {path: state.files[path] for path in replaced}
+        still = {p for f in kept.values() for p in f.patches}
         change = journal.Change(
             "revert",
             commit_message("revert", target, target.release, state.patches),
             State(
                 state.release,
-                sorted({p for f in kept.values() for p in f.patches}),
+                sorted(still),
                 kept,
                 extra=state.extra,
             ),
@@ -64,6 +65,7 @@ def revert(
             commit,
             done,
             tuple(replaced),
+            tuple(p for p in state.patches if p not in still),
         )
 
 
@@ -111,21 +113,38 @@ def _refuse_foreign(record: Record) -> None:
         )
 
 
-def _edited_message(target: Target, state: State, edited: list[str], replaced: list[str]) -> str:
+class UpgradedSince(RefusedError):
+    """The target is another release than the one the ledger's patches were applied to.
+
+    The safe step is an apply for the new release (the old record stays in the ledger's
+    history); `advice` names it, with the commands spelled as the user typed them.
+    """
+
+    def __init__(self, recorded: str, now: str, files: list[str]) -> None:
+        self.recorded, self.now, self.files = recorded, now, files
+        super().__init__(self.advice("sglpatch apply", "sglpatch revert --force"))
+
+    def advice(self, apply: str, force: str) -> str:
+        return (
+            f"the target is now SGLang {self.now} but the ledger's patches were applied to "
+            f"{self.recorded}; reverting would write {self.recorded} files over it "
+            f"({', '.join(self.files)}). Nothing changed. To patch {self.now}, run {apply} (the "
+            f"{self.recorded} record stays in the ledger's history); {force} writes the "
+            f"{self.recorded} files over {self.now} anyway"
+        )
+
+
+def _refusal(target: Target, state: State, edited: list[str], replaced: list[str]) -> RefusedError:
     if replaced:
         gone = ", ".join(replaced)
         also = f"; {', '.join(edited)} changed since sglpatch patched it" if edited else ""
-        return (
+        return RefusedError(
             f"{gone} is no longer a regular file{also}; nothing was reverted. revert --force "
             "restores the rest and leaves it (its original bytes stay in the ledger)"
         )
     if target.release is not None and state.release not in (None, str(target.release)):
-        return (
-            f"the target is now SGLang {target.release} but the ledger's patches were applied to "
-            f"{state.release}; reverting would write {state.release} files over it "
-            f"({', '.join(edited)}). Nothing changed; revert --force does it anyway"
-        )
-    return (
+        return UpgradedSince(str(state.release), str(target.release), edited)
+    return RefusedError(
         f"{', '.join(edited)} changed since sglpatch patched it; nothing was reverted. "
         "revert --force keeps the edited bytes in the ledger, then restores the original"
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from packaging.version import Version
+
 from sglpatch import catalogue, engine
 from sglpatch.api.common import elsewhere_note, record_of
 from sglpatch.errors import UsageError
@@ -56,21 +58,25 @@ def _status_of(
         return PatchStatus(patch.id, "not for this release", None)
     path = target.relative(package_path)
     file = state.files.get(path)
+    upgraded = ""
     if patch.id in state.patches and file is not None:
         digest = journal.current(target.root / path)
-        if state.release != str(release):
-            note = f"applied to {state.release}; the target is now {release} (upgraded)"
-            return PatchStatus(patch.id, "not applied", path, note)
-        if digest == file.patched:
+        if state.release != str(release):  # an upgrade: what is true of the new release's files
+            if digest == file.patched:  # pip left the file sglpatch wrote
+                note = f"applied to {state.release}; its bytes are still there on {release}"
+                return PatchStatus(patch.id, "applied", path, note)
+            upgraded = f"applied to {state.release}; the target is now {release} (upgraded)"
+        elif digest == file.patched:
             return PatchStatus(patch.id, "applied", path)
-        if digest == file.original:
+        elif digest == file.original:
             return PatchStatus(
                 patch.id, "not applied", path, "the original bytes are back (reinstalled?)"
             )
-        if digest == "":
+        elif digest == "":
             return PatchStatus(patch.id, "edited since applied", path, "no longer a regular file")
-        return PatchStatus(patch.id, "edited since applied", path)
-    if patch.id in state.patches:
+        else:
+            return PatchStatus(patch.id, "edited since applied", path)
+    elif patch.id in state.patches:
         return PatchStatus(patch.id, "applied", path)
     owner = elsewhere(path)
     if owner is not None:
@@ -81,8 +87,10 @@ def _status_of(
         )
     if patch.id in state.skipped and state.release == str(release):
         return PatchStatus(patch.id, "skipped", path, "left out by choice (apply --skip/--only)")
-    note = "" if patch.is_tested(release) else f"untested on {release} (tested: {patch.tested})"
-    return PatchStatus(patch.id, "not applied", path, note)
+    untested = "" if patch.is_tested(release) else f"untested on {release} (tested: {patch.tested})"
+    return PatchStatus(
+        patch.id, "not applied", path, "; ".join(x for x in (upgraded, untested) if x)
+    )
 
 
 def check(
@@ -90,10 +98,12 @@ def check(
 ) -> CheckReport:
     """Whether every patch meant for the target's release is in place (`status --check`).
 
-    Judged from the files themselves, by running each codemod in memory: a patch is in place when
-    its codemod finds its change already there (written by sglpatch, by `patch -p1` from an
-    export, or upstream). Patches the user skipped on this release do not count; nothing is
-    written.
+    Judged from hashes first: a file holding the bytes the ledger recorded sglpatch wrote on this
+    release is in place for the patches recorded on it, and a patch the release has upstream (in
+    its tested range, where the test matrix proves the declaration) needs no look. Every other
+    patch's codemod runs in memory and must find its change already there (written by sglpatch,
+    by `patch -p1` from an export, or upstream), so libcst is loaded only when the ledger cannot
+    vouch for a file. Patches the user skipped on this release do not count; nothing is written.
     """
     target = find_target(target_path, None, required=False)
     release = target.release
@@ -107,26 +117,71 @@ def check(
     same = state.release == str(release)
     skipped = set(state.skipped) if same else set()
     patches = [p for p in catalogue.load(catalog) if p.id not in skipped]
-    plan = engine.plan(target, patches, release, state.patches if same else ())
-    in_place, missing, not_needed = [], [], []
-    for patch, outcome in zip(patches, plan.outcomes, strict=True):
+    applied, upstream, not_needed, unvouched = _vouch(
+        target, release, state if same else None, patches
+    )
+    plan = engine.plan(target, unvouched, release, state.patches if same else ())
+    missing = []
+    upgraded = state.release if state.files and not same else None
+    for patch, outcome in zip(unvouched, plan.outcomes, strict=True):
         if isinstance(outcome, AlreadyApplied):
-            in_place.append(patch.id)
+            (upstream if patch.fixed_upstream(release) else applied).add(patch.id)
         elif isinstance(outcome, NotApplicable):
-            not_needed.append(patch.id)
+            not_needed.add(patch.id)
         else:
             untested = "" if patch.is_tested(release) else f"; untested on {release}"
             why = outcome.reason if isinstance(outcome, Failed) else "not applied"
             file = outcome.file if isinstance(outcome, (Applied, Failed)) else None
             missing.append(PatchStatus(patch.id, "not applied", file, why + untested))
+    order = [p.id for p in patches]
     return CheckReport(
         target,
         record.directory,
-        tuple(in_place),
+        tuple(i for i in order if i in applied or i in upstream),
         tuple(missing),
         tuple(sorted(skipped)),
-        tuple(not_needed),
+        tuple(i for i in order if i in not_needed),
+        tuple(i for i in order if i in upstream),
+        upgraded,
     )
+
+
+def _vouch(
+    target: Target, release: Version, state: State | None, patches: list[Patch]
+) -> tuple[set[str], set[str], set[str], list[Patch]]:
+    """What hashes and declarations settle: the patches in place (applied, upstream), those not
+    for this release, and those whose codemod must look. `state`: the record of this release."""
+    applied: set[str] = set()
+    upstream: set[str] = set()
+    not_needed: set[str] = set()
+    unvouched: list[Patch] = []
+    digests: dict[str, str | None] = {}
+    for patch in patches:
+        package_path = patch.package_file(release)
+        if package_path is None:
+            not_needed.add(patch.id)
+            continue
+        path = target.relative(package_path)
+        file = state.files.get(path) if state is not None else None
+        if file is not None and patch.id in file.patches:
+            if path not in digests:
+                digests[path] = journal.current(target.root / path)
+            if digests[path] == file.patched:
+                applied.add(patch.id)
+                continue
+        elif (
+            patch.fixed_upstream(release)
+            and patch.is_tested(release)
+            and _regular(target.root / path)  # a missing file is the codemod's to report
+        ):
+            upstream.add(patch.id)
+            continue
+        unvouched.append(patch)
+    return applied, upstream, not_needed, unvouched
+
+
+def _regular(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
 
 
 def log(target_path: Path | None, ledger_dir: Path | None = None) -> LogReport:

@@ -31,7 +31,34 @@ from sglpatch.cli.output import (
     suggest,
 )
 from sglpatch.errors import ExitCode, RefusedError, UsageError
+from sglpatch.reports import tally
 from sglpatch.usage import examples
+
+DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the diff; write nothing.")]
+InteractiveOption = Annotated[
+    bool,
+    typer.Option(
+        "--interactive", "-i", help="Show each patch's reason and diff; ask y/n/q for each."
+    ),
+]
+OnlyOption = Annotated[
+    IdsOption,
+    typer.Option(
+        "--only",
+        metavar="ID[,ID]",
+        help="Apply only these patches; the others are recorded as skipped.",
+        show_default=False,
+    ),
+]
+SkipOption = Annotated[
+    IdsOption,
+    typer.Option(
+        "--skip",
+        metavar="ID[,ID]",
+        help="Leave these patches out, and record that (status shows them as skipped).",
+        show_default=False,
+    ),
+]
 
 
 @app.command(
@@ -45,34 +72,11 @@ def apply(
     version: VersionOption = None,
     target: TargetOption = None,
     ledger: LedgerOption = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the diff; write nothing.")
-    ] = False,
-    interactive: Annotated[
-        bool,
-        typer.Option(
-            "--interactive", "-i", help="Show each patch's reason and diff; ask y/n/q for each."
-        ),
-    ] = False,
+    dry_run: DryRunOption = False,
+    interactive: InteractiveOption = False,
     force: ForceApply = False,
-    only_ids: Annotated[
-        IdsOption,
-        typer.Option(
-            "--only",
-            metavar="ID[,ID]",
-            help="Apply only these patches; the others are recorded as skipped.",
-            show_default=False,
-        ),
-    ] = None,
-    skip_ids: Annotated[
-        IdsOption,
-        typer.Option(
-            "--skip",
-            metavar="ID[,ID]",
-            help="Leave these patches out, and record that (status shows them as skipped).",
-            show_default=False,
-        ),
-    ] = None,
+    only_ids: OnlyOption = None,
+    skip_ids: SkipOption = None,
     catalog: CatalogOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -141,24 +145,37 @@ def _show(report: api.ApplyReport, dry_run: bool) -> None:
 
 def _conclude(report: api.ApplyReport, dry_run: bool, again: str, undo: str) -> None:
     """The diff of a dry run, or what was written, and the command to run next."""
+    counts = tally(o.state for o in report.outcomes if o.state != "not for this release")
     if dry_run:
         if report.diff:
             typer.echo(coloured_diff(report.diff), nl=False, color=colour())
+        if "applied" in counts:  # as the rows say: it would apply
+            counts = {"would apply" if s == "applied" else s: n for s, n in counts.items()}
         typer.echo(
-            f"Dry run: {len(report.changed)} file(s) would change; nothing was written. "
-            f"Apply: {again}",
+            f"Dry run: {len(report.changed)} file(s) would change ({_counted(counts)}); nothing "
+            f"was written. Apply: {again}",
             err=True,
         )
     elif report.written and report.changed:
         commit = report.commit[:10] if report.commit else "?"
         typer.echo(
-            f"Patched {len(report.changed)} file(s); recorded in {report.ledger} "
-            f"(commit {commit}). Undo: {undo}"
+            f"Patched {len(report.changed)} file(s) ({_counted(counts)}); recorded in "
+            f"{report.ledger} (commit {commit}). Undo: {undo}"
         )
     elif report.written:
         typer.echo(f"No file changed; recorded the patches left out as skipped in {report.ledger}.")
+    elif counts:
+        typer.echo(f"Nothing to do: every patch for this release is in place ({_counted(counts)}).")
     else:
-        typer.echo("Nothing to do: every patch for this release is in place or not needed.")
+        typer.echo("Nothing to do: no patch is for this release.")
+
+
+def _counted(counts: dict[str, int]) -> str:
+    """`9 patch(es) applied, 3 already upstream`: how many patches ended in each state."""
+    said = [f"{n} {state}" for state, n in counts.items()]
+    if said:
+        said[0] = said[0].replace(" ", " patch(es) ", 1)
+    return ", ".join(said) or "no patch"
 
 
 def _choose(previews: list[api.Preview], err: bool = False) -> list[str]:

@@ -7,10 +7,12 @@ from typing import Annotated
 import typer
 
 from sglpatch import api, as_json
+from sglpatch.api.revert import UpgradedSince
 from sglpatch.cli.app import app
 from sglpatch.cli.errors import changed, handled
 from sglpatch.cli.options import JsonOption, LedgerOption, TargetOption
-from sglpatch.cli.output import emit, say_found
+from sglpatch.cli.output import emit, say_found, suggest
+from sglpatch.errors import RefusedError
 from sglpatch.usage import examples
 
 
@@ -33,7 +35,12 @@ def revert(
     json_out: JsonOption = False,
 ) -> None:
     """Restore every file sglpatch changed to its recorded original bytes."""
-    report = api.revert(target, ledger, force=force)
+    try:
+        report = api.revert(target, ledger, force=force)
+    except UpgradedSince as upgraded:  # name the safe step first, as the user would type it
+        apply = suggest("apply", target=target, ledger=ledger)
+        again = suggest("revert", target=target, ledger=ledger, force=True)
+        raise RefusedError(upgraded.advice(apply, again)) from None
     if report.commit:
         changed.append(True)
     if json_out:
@@ -53,4 +60,8 @@ def revert(
         typer.echo(f"  {path} already had its original bytes")
     for path in report.left:
         typer.echo(f"  left {path}: it is no longer a regular file")
-    typer.echo(f"Reverted {len(report.restored)} file(s); recorded in {report.ledger}.")
+    original = f", {len(report.untouched)} already original" if report.untouched else ""
+    typer.echo(
+        f"Reverted {len(report.restored)} file(s){original}: {len(report.patches)} patch(es) "
+        f"undone; recorded in {report.ledger}."
+    )

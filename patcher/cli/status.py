@@ -13,6 +13,7 @@ from sglpatch.cli.errors import handled, say_error
 from sglpatch.cli.options import CatalogOption, JsonOption, LedgerOption, TargetOption
 from sglpatch.cli.output import emit, patch_row, say_found, suggest
 from sglpatch.errors import ExitCode
+from sglpatch.reports import tally
 from sglpatch.usage import examples
 
 
@@ -61,6 +62,12 @@ def status(
         )
     for row in report.patches:
         patch_row(row.state, row.id, " - ".join(x for x in (row.file, row.note) if x))
+    typer.echo(f"patches: {counted(tally(row.state for row in report.patches))}")
+
+
+def counted(counts: dict[str, int]) -> str:
+    """`9 applied, 3 already upstream`: how many patches are in each state."""
+    return ", ".join(f"{n} {state}" for state, n in counts.items() if n) or "none"
 
 
 def _check(target: Path | None, ledger: Path | None, catalog: Path | None, json_out: bool) -> None:
@@ -69,17 +76,30 @@ def _check(target: Path | None, ledger: Path | None, catalog: Path | None, json_
         emit(as_json.check(report))
     found = report.target
     skipped = f"; skipped by choice: {', '.join(report.skipped)}" if report.skipped else ""
+    in_place = counted(
+        {
+            "missing": len(report.missing),
+            "applied": len(report.applied),
+            "already upstream": len(report.upstream),
+        }
+    )
     if report.ok and not json_out:
         typer.echo(
-            f"ok: {len(report.in_place)} patch(es) in place on SGLang {found.release} at "
-            f"{found.root}{skipped}"
+            f"ok: {len(report.in_place)} patch(es) in place ({in_place}) on SGLang "
+            f"{found.release} at {found.root}{skipped}"
         )
     elif not report.ok:
         missing = ", ".join(
             f"{m.id} ({m.note})" if m.note != "not applied" else m.id for m in report.missing
         )
+        upgraded = (
+            f"; the ledger's patches were applied to {report.upgraded_from}, before the upgrade"
+            if report.upgraded_from
+            else ""
+        )
         say_error(
-            f"not in place on SGLang {found.release} at {found.root}: {missing}{skipped}; "
+            f"not in place on SGLang {found.release} at {found.root}: {missing} ({in_place})"
+            f"{upgraded}{skipped}; "
             f"run {suggest('apply', target=target, ledger=ledger, catalog=catalog)}"
         )
         raise typer.Exit(ExitCode.NOT_IN_PLACE)
