@@ -11,7 +11,7 @@ from sglpatch.target import Target
 
 if TYPE_CHECKING:
     from sglpatch.doctor.findings import Finding
-    from sglpatch.doctor.verdict import Blocker
+    from sglpatch.doctor.verdict import Blocker, Suspect
 
 JSON = dict[str, Any]
 
@@ -175,6 +175,8 @@ def doctor(report: api.DoctorReport) -> JSON:
             "fixed_by": model.fixed_by,
         }
     return {
+        "schema": DOCTOR_SCHEMA,
+        "capabilities": list(found.capabilities),
         "release": str(found.release) if found.release else None,
         "target": str(report.target.root),
         "found_by": report.target.found_by,
@@ -183,6 +185,7 @@ def doctor(report: api.DoctorReport) -> JSON:
         "ready": found.ready,
         "strict": found.strict,
         "model": found.model.name if found.model else None,
+        "model_from": str(report.model_from) if report.model_from else None,
         "blockers": [_blocker(b) for b in found.blockers],
         "opt_in": [_blocker(b) for b in found.opt_in],
         "tables": [_blocker(b) for b in found.tables],
@@ -194,12 +197,38 @@ def doctor(report: api.DoctorReport) -> JSON:
             "models": models,
             "excluded": dict(found.excluded),
         },
-        "suspects": [{**_finding(s.finding), "covered_by": s.covered_by} for s in found.suspects],
+        "suspects": [_suspect(s) for s in found.suspects],
+        "suspects_not_judged": [_suspect(s) for s in found.unjudged],
+        "suspects_harmless": found.harmless,
         "refusals": [_finding(f) for f in found.refusals],
         "not_judged": [{"file": file, "why": why} for file, why in found.not_judged],
         "kernels": None if report.kernels is None else [k.to_json() for k in report.kernels],
         "kernels_from": str(report.kernels_from) if report.kernels_from else None,
     }
+
+
+# 2: suspects are judged against the kernel-support table: `suspects` lists only those that
+# fail (or lose a path that runs) on a capability asked, each with `verdict`, `what`, `opt_in`
+# and, where 12.0 and 12.1 are judged apart, `by_capability`; `suspects_not_judged` and the
+# count `suspects_harmless` are new, as are `capabilities` and the kind `decides`.
+DOCTOR_SCHEMA = 2
+
+
+def _suspect(suspect: Suspect) -> JSON:
+    listed = [j for j in suspect.judgements if j.verdict == suspect.verdict]
+    data: JSON = {
+        **_finding(suspect.finding),
+        "covered_by": suspect.covered_by,
+        "verdict": suspect.verdict,
+        "what": listed[0].what if listed else "",
+        "opt_in": suspect.opt_in or None,
+    }
+    if suspect.differs:
+        data["by_capability"] = {
+            j.capability: {"verdict": j.verdict, "what": j.what, "opt_in": j.opt_in or None}
+            for j in suspect.judgements
+        }
+    return data
 
 
 def _blocker(blocker: Blocker) -> JSON:
@@ -220,4 +249,5 @@ def _finding(finding: Finding) -> JSON:
         "code": finding.code,
         "gets": finding.gets,
         "like": finding.like,
+        "gets_12_1": finding.gets_121 or None,
     }

@@ -136,6 +136,9 @@ class DoctorReport(NamedTuple):
     # The compiled packages beside SGLang (None: not judged, the target is a checkout).
     kernels: tuple[KernelFinding, ...] | None = None
     kernels_from: Path | None = None  # the site-packages they were read in
+    # The config.json the model's architecture was read in: --model-path's, or a Hugging Face
+    # id's snapshot in the local hub cache (None: --model named the architecture or module).
+    model_from: Path | None = None
 
 
 class ExportReport(NamedTuple):

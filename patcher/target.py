@@ -152,11 +152,17 @@ def discover() -> list[Found]:
 
     1. the active environment: `$VIRTUAL_ENV`, then `$CONDA_PREFIX`, asked through its own
        interpreter (never by guessing a `python3.X` folder);
-    2. the interpreter running sglpatch, unless it is an isolated pipx environment;
-    3. `python3` on `PATH`.
+    2. the current folder or the nearest folder above it that is an SGLang tree, as git finds
+       its repository (see `_around_here`): standing in a tree is a choice made for this
+       command, where the interpreters below are whatever the shell happens to have;
+    3. the interpreter running sglpatch, unless it is an isolated pipx environment;
+    4. `python3` on `PATH`.
     No interpreter is skipped for looking like this one: two virtual environments made from one
     Python share a resolved executable (comparing executables once hid the user's environment).
-    Each is asked and names itself by its `sys.prefix`; answers are merged by sglang folder.
+    Each is asked and names itself by its `sys.prefix`; answers are merged by sglang folder. A
+    tree found from the current folder that an interpreter also imports keeps the interpreter's
+    name, at the current folder's place: it says which environment runs it (doctor reads that
+    environment's kernels).
     """
     import shutil
 
@@ -167,6 +173,7 @@ def discover() -> list[Found]:
         if prefix:
             labels.append(f"${variable}")
             commands.append([str(Path(prefix) / "bin" / "python"), "-c", _ASK])
+    environments = len(commands)
     python3 = shutil.which("python3")
     if python3 is not None:
         labels.append("python3 on PATH")
@@ -177,22 +184,48 @@ def discover() -> list[Found]:
         for label, answer in zip(labels, answers, strict=True)
         if answer is not None
     ]
+    on_path = python3 is not None and answers[-1] is not None
     if not _isolated_pipx(Path(sys.prefix)):
         spec = importlib.util.find_spec("sglang")
         if spec is not None and spec.submodule_search_locations:
             package = Path(next(iter(spec.submodule_search_locations)))
-            on_path = python3 is not None and answers[-1] is not None
             found.insert(len(found) - on_path, Found(package, f"this Python at {sys.prefix}"))
+    here = _around_here()
+    if here is not None:  # after the active environments' answers
+        found.insert(sum(a is not None for a in answers[:environments]), here)
     distinct: dict[Path, Found] = {}
     for item in found:
-        distinct.setdefault(item.package.resolve(), item)
+        key = item.package.resolve()
+        if key not in distinct or distinct[key] is here:
+            distinct[key] = item  # a key assigned again keeps its place
     if not distinct:
         raise TargetError(
-            "no SGLang found: none in $VIRTUAL_ENV or $CONDA_PREFIX, none importable by this "
-            "Python or by python3 on PATH; activate SGLang's environment or pass --target "
-            "(its site-packages, environment root or checkout)"
+            "no SGLang found: none in $VIRTUAL_ENV or $CONDA_PREFIX, none in the current folder "
+            "or above it, none importable by this Python or by python3 on PATH; activate "
+            "SGLang's environment, change to its checkout or pass --target (its site-packages, "
+            "environment root or checkout)"
         )
     return list(distinct.values())
+
+
+def _around_here() -> Found | None:
+    """The SGLang tree the current folder is in: the folder itself or the nearest one above it
+    that is a checkout (holding `python/sglang/`) or a site-packages holding `sglang/`, up to
+    the filesystem's root. Found as `--target` would accept it, so inside a checkout's package
+    the checkout is found, not its `python/` folder."""
+    try:
+        here = Path.cwd()
+    except OSError:  # the current folder was removed
+        return None
+    for folder in (here, *here.parents):
+        try:
+            root, layout = _classify(folder, given=folder)
+        except (TargetError, OSError):  # not a tree, or one this user may not look into
+            continue
+        package = root / "python" / "sglang" if layout is Layout.CHECKOUT else root / "sglang"
+        how = "the current folder" if root == here else f"the current folder's parent {root}"
+        return Found(package, how)
+    return None
 
 
 def _ask_all(commands: list[list[str]]) -> list[tuple[str, Path] | None]:

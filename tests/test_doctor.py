@@ -178,76 +178,45 @@ def test_0_5_9_false_positives_are_gone(report_059: dict[str, Any], file: str, c
 
 @pytest.mark.wheel
 @pytest.mark.parametrize(
-    ("file", "code", "kind", "gets"),
+    ("file", "code", "gets"),
     [
         # DeepGEMM is on for 12: it passes `sm_version < 90` like 9 and 10.
-        ("sglang/srt/layers/deep_gemm_wrapper/configurer.py", "sm_version < 90", "shares", "skips"),
-        (
-            "sglang/srt/layers/deep_gemm_wrapper/configurer.py",
-            "is_blackwell_supported()",
-            "shares",
-            "True",
-        ),
-        # the FP8 block-GEMM backend picks flashinfer's Blackwell kernels for 12.
+        ("sglang/srt/layers/deep_gemm_wrapper/configurer.py", "sm_version < 90", "fp8:deep_gemm"),
+        # the FP8 block-GEMM backend picks FlashInfer's SM100-only trtllm GEMM for 12: an
+        # `elif` behind a first test about DeepGEMM, the gate inside an `and` chain.
         (
             "sglang/srt/layers/quantization/fp8_utils.py",
-            "if is_blackwell_supported() and is_flashinfer_available():",
-            "shares",
-            "gemm_fp8_nt_groupwise",
+            "elif is_blackwell_supported() and is_flashinfer_available():",
+            "fp8:flashinfer_trtllm",
         ),
         # gpt-oss: MXFP4 MoE backend flashinfer_mxfp4 on every Blackwell.
         (
             "sglang/srt/server_args.py",
             "is_blackwell_supported() and is_mxfp4_quant_format",
-            "shares",
             "flashinfer_mxfp4",
         ),
         # Olmo: not SM100, so `get_device_sm() >= 80` sends 12 to fa3.
-        ("sglang/srt/server_args.py", "is_cuda() and is_sm100_supported()", "excludes", '"fa3"'),
-        # the hybrid-GDN backend assert applies to every Blackwell.
-        (
-            "sglang/srt/layers/attention/attention_registry.py",
-            "if is_blackwell():",
-            "shares",
-            "assert",
-        ),
+        ("sglang/srt/server_args.py", "is_cuda() and is_sm100_supported()", "gets fa3"),
     ],
 )
-def test_0_5_9_helper_gates_are_found(
-    report_059: dict[str, Any], file: str, code: str, kind: str, gets: str
+def test_0_5_9_failing_gates_are_reported_with_why(
+    report_059: dict[str, Any], file: str, code: str, gets: str
 ) -> None:
     found = [s for s in report_059["suspects"] if s["file"] == file and code in s["code"]]
     assert found, f"no suspect at {file}: {code}"
-    assert any(s["kind"] == kind and gets in s["gets"] for s in found), found
+    (suspect,) = found
+    assert suspect["verdict"] == "fails" and gets in suspect["what"], suspect
+    assert " only (" in suspect["what"] and suspect["opt_in"] is None  # the table's fact
 
 
 @pytest.mark.wheel
-@pytest.mark.parametrize(
-    ("file", "code", "kind", "gets"),
-    [
-        # From 0.5.19 gates read SGLang's platform probes: SM100-only paths 12 does not take...
-        (
-            "sglang/srt/layers/attention/flashinfer_backend.py",
-            "if get_platform().is_sm100:",
-            "excludes",
-            "skips",
-        ),
-        # ... and Blackwell-family ones that 12 takes like 10.
-        (
-            "sglang/srt/layers/quantization/fp8_utils.py",
-            "if get_platform().is_blackwell and is_flashinfer_available():",
-            "shares",
-            "flashinfer",
-        ),
-    ],
-)
-def test_0_5_23_platform_probe_gates_are_found(
-    trees: dict[str, Path], file: str, code: str, kind: str, gets: str
-) -> None:
-    report = run_doctor(trees["0.5.23"])[1]
-    found = [s for s in report["suspects"] if s["file"] == file and code in s["code"]]
-    assert found, f"no suspect at {file}: {code}"
-    assert any(s["kind"] == kind and gets in s["gets"] for s in found), found
+def test_0_5_9_llama4_gets_triton_not_intel_xpu(trees: dict[str, Path]) -> None:
+    """`elif self.device == "xpu":` is false on NVIDIA: 12 falls through to triton."""
+    path = trees["0.5.9"] / "sglang/srt/server_args.py"
+    found = scanner.scan_bytes(path.read_bytes(), "sglang/srt/server_args.py", HELPERS)
+    (llama4,) = [f for f in found if '"trtllm_mha", "sm100"' in f.like]
+    assert '"triton", "other platforms"' in llama4.gets and "intel_xpu" not in llama4.gets
+    assert llama4.chosen("12.0") == (("12.0", "attention", "triton", "attention_backend", ""),)
 
 
 @pytest.mark.wheel
@@ -257,13 +226,32 @@ def test_0_5_9_a_patch_covers_only_the_gate_it_changes(report_059: dict[str, Any
     communicators = "sglang/srt/distributed/device_communicators"
     assert tables[f"{communicators}/all_reduce_utils.py"] == "sm120-symm-mem-sizes"
     assert tables[f"{communicators}/torch_symm_mem.py"] == "sm120-symm-mem-two-shot"
-    # The two-shot patch edits torch_symm_mem.py, but not its `device_capability < 9` gate.
-    (gate,) = [
-        s
-        for s in suspects
-        if s["file"] == f"{communicators}/torch_symm_mem.py" and s["kind"] != "table"
-    ]
-    assert "device_capability < 9" in gate["code"] and gate["covered_by"] is None
+    by_code = {s["code"]: s for s in suspects if s["file"] == "sglang/srt/server_args.py"}
+    # The MXFP4 patch adds a capability-12 test to _handle_model_specific_adjustments: it
+    # covers the MXFP4 gate, not Olmo2's fa3 choice in the same function.
+    mxfp4 = by_code["if is_blackwell_supported() and is_mxfp4_quant_format:"]
+    assert mxfp4["covered_by"] == "sm120-mxfp4-moe-backend"
+    olmo = by_code["if is_cuda() and is_sm100_supported():"]
+    assert olmo["covered_by"] != "sm120-mxfp4-moe-backend"
+
+
+@pytest.mark.wheel
+def test_0_5_9_a_choice_that_runs_on_12_is_not_listed(report_059: dict[str, Any]) -> None:
+    """Llama4's `else: triton` (triton runs on 12) is counted harmless, not listed."""
+    listed = report_059["suspects"] + report_059["suspects_not_judged"]
+    assert not [s for s in listed if '"triton", "other platforms"' in s["gets"]]
+    assert report_059["suspects_harmless"] > 0 and report_059["schema"] == 2
+
+
+@pytest.mark.wheel
+def test_0_5_23_failing_choices_are_reported(trees: dict[str, Path]) -> None:
+    report = run_doctor(trees["0.5.23"])[1]
+    fails = {(s["file"], s["verdict"]): s for s in report["suspects"]}
+    olmo = fails[("sglang/srt/arg_groups/model_overrides/olmo2.py", "fails")]
+    assert "gets fa3" in olmo["what"]
+    unjudged = {s["file"]: s for s in report["suspects_not_judged"]}
+    # 0.5.23's automatic FP8 block GEMM on 12 is sgl-kernel's CUTLASS: not in the table.
+    assert "fp8:cutlass" in unjudged["sglang/srt/layers/quantization/fp8_utils.py"]["what"]
 
 
 @pytest.mark.wheel
@@ -459,11 +447,6 @@ IMPORTS = "from sglang.srt.utils import get_device_sm, is_blackwell, is_sm100_su
         ("if major == 9:\n    a = 'fa3'\nelse:\n    a = 'triton'\n", None, ""),  # 10 and 12 alike
         ("if major == 8:\n    a = 1\nelse:\n    a = 2\n", None, ""),  # an Ampere special case
         ("if major == 10 or major == 12:\n    a = 1\n", None, ""),  # names 12 in the chain
-        (
-            "def f():\n    if is_sm120_supported():\n        return 3\n    if is_sm100_supported():\n        return 1\n    return 2\n",
-            None,
-            "",
-        ),  # in the function
         ("if torch.version.hip:\n    pass\nelif False:\n    pass\n", None, ""),
         ("if _is_hip:\n    if major == 10:\n        a = 1\n", None, ""),  # never on NVIDIA
         ("ok = get_device_sm() >= 80\n", None, ""),  # Ampere too: no SM90/SM100 path
@@ -484,6 +467,7 @@ IMPORTS = "from sglang.srt.utils import get_device_sm, is_blackwell, is_sm100_su
 )
 def test_gate_rules(code: str, kind: str | None, gets: str) -> None:
     found = scanner.scan_bytes((IMPORTS + code).encode(), "sglang/mod.py", HELPERS)
+    found = [f for f in found if f.kind != "decides"]  # judged harmless unless they choose
     assert [f.kind for f in found] == ([kind] if kind else []), found
     if kind:
         assert gets in found[0].gets and found[0].line > IMPORTS.count("\n")
@@ -539,8 +523,10 @@ def test_platform_probes_are_read_from_the_targets_own_table(tmp_path: Path) -> 
         "if get_platform().is_sm100:\n    a = 1\nelse:\n    a = 2\n": ["excludes"],
         "use = 'deep_gemm' if get_platform().is_blackwell else 'triton'\n": ["shares"],
         "if get_platform().device_sm >= 90:\n    a = 1\n": ["shares"],
-        # names 12 in the chain: thought about
-        "if get_platform().is_sm120:\n    a = 3\nelif get_platform().is_sm100:\n    a = 1\n": [],
+        # names 12 in the chain: evaluated like any other (12 takes `a = 3`, 10 does not)
+        "if get_platform().is_sm120:\n    a = 3\nelif get_platform().is_sm100:\n    a = 1\n": [
+            "excludes"
+        ],
         # never on NVIDIA
         "if get_platform().is_hip:\n    if get_platform().is_sm100:\n        a = 1\n": [],
         # a probe the table does not know decides nothing
@@ -549,9 +535,12 @@ def test_platform_probes_are_read_from_the_targets_own_table(tmp_path: Path) -> 
         "def f():\n    p = get_platform()\n    if p.is_sm100:\n        return 1\n    return 2\n": [
             "excludes"
         ],
-        # a function that asks the is_sm120 probe has thought about 12
+        # a function that asks the is_sm120 probe: each decision is still judged on its own
         "def f():\n    if get_platform().is_sm120:\n        return 3\n"
-        "    if get_platform().is_sm100:\n        return 1\n    return 2\n": [],
+        "    if get_platform().is_sm100:\n        return 1\n    return 2\n": [
+            "excludes",
+            "excludes",
+        ],
     }
     for code, kinds in cases.items():
         found = scanner.scan_bytes(code.encode(), "sglang/m.py", helpers)

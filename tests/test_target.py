@@ -121,7 +121,9 @@ def test_a_checkout_keeps_the_users_git_state(tmp_path: Path) -> None:
     assert sorted(changed) == sorted(f"python/{m}" for m in applied)
 
     result = runner.invoke(app, ["status", "--target", str(root)])
-    assert result.stdout.count("  applied ") == len(applied) and "git tag v0.5.9" in result.stdout
+    states = wheels.expected_states(SEED, "applied")
+    rows = sum(state == "applied" for state in states.values())  # two may share a file
+    assert result.stdout.count("  applied ") == rows and "git tag v0.5.9" in result.stdout
     result = runner.invoke(app, ["revert", "--target", str(root)])
     assert result.exit_code == 0, result.stderr
     assert snapshot(root / "python") == pristine and git(root, "diff", "--name-only") == ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,19 +27,21 @@ def diagnose(
     strict: bool = False,
     progress: Callable[[str], None] | None = None,
     version: str | None = None,
+    capability: str | None = None,
 ) -> DoctorReport:
     """Will the target run on capability-12 GPUs (with EAGLE-3 on `model`)? From its own source.
 
-    `model` is an architecture name (`KimiK25ForConditionalGeneration`) or a models module's
-    stem (`kimi_k25`); `model_path` is a checkpoint folder whose config.json names it. A release
-    that cannot be read is a usage error unless `version` gives it: which patches the tree
-    needs depends on it, so "ready" could not be known.
+    `model` is an architecture name (`KimiK25ForConditionalGeneration`), a models module's
+    stem (`kimi_k25`) or a Hugging Face id (`moonshotai/Kimi-K2.5`, read in the local hub
+    cache); `model_path` is a checkpoint folder whose config.json names it, or a Hugging Face
+    id when no such folder exists (as SGLang's own --model-path). A release that cannot be read
+    is a usage error unless `version` gives it: which patches the tree needs depends on it, so
+    "ready" could not be known. `capability` ("12.0" or "12.1") asks about one part; None:
+    both.
     """
+    capabilities = _capabilities(capability)
     target = find_target(target_path, parse_release(version) if version else None)
-    if model_path is not None:
-        if model is not None:
-            raise UsageError("give --model or --model-path, not both")
-        model = _architecture(model_path)
+    model, model_from = model_asked(model, model_path)
     from sglpatch.doctor import verdict  # its scanners load only for this command
 
     result = verdict.diagnose(
@@ -48,15 +51,28 @@ def diagnose(
         model,
         strict=strict,
         progress=progress,
+        capabilities=capabilities,
     )
     site = _environment(target)
     if site is None:
-        return DoctorReport(target, result, None)
+        return DoctorReport(target, result, None, model_from=model_from)
     from sglpatch.doctor import kernels
 
-    found = tuple(kernels.inspect(site, CAPABILITIES))
-    blockers = tuple(_kernel_blocker(f) for f in found if any(map(f.blocks, CAPABILITIES)))
-    return DoctorReport(target, result._replace(blockers=result.blockers + blockers), found, site)
+    found = tuple(kernels.inspect(site, capabilities))
+    blockers = tuple(
+        _kernel_blocker(f, capabilities) for f in found if any(map(f.blocks, capabilities))
+    )
+    result = result._replace(blockers=result.blockers + blockers)
+    return DoctorReport(target, result, found, site, model_from)
+
+
+# How discovery names an environment it found SGLang through (`<how> at <prefix>`).
+_THROUGH_ENVIRONMENT = (
+    "$VIRTUAL_ENV at ",
+    "$CONDA_PREFIX at ",
+    "this Python at ",
+    "python3 on PATH at ",
+)
 
 
 def _environment(target: Target) -> Path | None:
@@ -64,8 +80,8 @@ def _environment(target: Target) -> Path | None:
     that of the environment discovery found it through (an editable install); else None."""
     if target.layout is Layout.SITE_PACKAGES:
         return target.root
-    if target.found_by is None or " at " not in target.found_by:
-        return None  # a checkout given by --target: no environment is known
+    if target.found_by is None or not target.found_by.startswith(_THROUGH_ENVIRONMENT):
+        return None  # a checkout given by --target or found from the current folder
     prefix = Path(target.found_by.split(" at ", 1)[1])
     sites = sorted(prefix.glob("lib/python3*/site-packages"))
     return sites[0] if sites else None
@@ -77,10 +93,21 @@ CAPABILITIES = ("12.0", "12.1")
 KERNELS = "the installed kernels"
 
 
-def _kernel_blocker(finding: KernelFinding) -> Blocker:
+def _capabilities(capability: str | None) -> tuple[str, ...]:
+    """The capabilities asked about: one of `CAPABILITIES`, or both."""
+    if capability is None:
+        return CAPABILITIES
+    if capability not in CAPABILITIES:
+        raise UsageError(f"--capability {capability}: one of {', '.join(CAPABILITIES)}")
+    return (capability,)
+
+
+def _kernel_blocker(
+    finding: KernelFinding, capabilities: tuple[str, ...] = CAPABILITIES
+) -> Blocker:
     from sglpatch.doctor.verdict import Blocker
 
-    failing = [cap for cap in CAPABILITIES if finding.blocks(cap)]
+    failing = [cap for cap in capabilities if finding.blocks(cap)]
     return Blocker(
         f"{finding.package} {finding.version} does not run on {' and '.join(failing)}: "
         f"{finding.why}",
@@ -90,34 +117,86 @@ def _kernel_blocker(finding: KernelFinding) -> Blocker:
     )
 
 
-def _architecture(model_path: Path) -> str:
-    """The first architecture a checkpoint's config.json names, as SGLang picks its class."""
+def model_asked(model: str | None, model_path: Path | None) -> tuple[str | None, Path | None]:
+    """The architecture or models module `--model` / `--model-path` ask for, and the config.json
+    it was read from (None when `--model` names it itself)."""
+    from sglpatch import hub
+
+    if model_path is not None:
+        if model is not None:
+            raise UsageError("give --model or --model-path, not both")
+        # A folder first, as SGLang does; `moonshotai/Kimi-K2.5` that is none is a hub id.
+        # (os.path: Path.is_dir raises on a folder this user may not look into.)
+        folder = os.path.isdir(model_path)  # noqa: PTH112
+        if folder or not hub.is_repo_id(str(model_path)):
+            config = model_path / "config.json"
+            return _architecture(config, f"--model-path {model_path}"), config
+        return _from_hub(str(model_path), "--model-path")
+    if model is None:
+        return None, None
+    if "/" in model and hub.is_repo_id(model):
+        return _from_hub(model, "--model")
+    if hub.is_repo_id(model) and not model.isidentifier():
+        # Not a module's stem nor a class: a hub name (`GLM-5.3-Flash`) or a near miss of one
+        # (`kimi-k2.5`, which the census answers with its closest modules and classes).
+        cached = hub.cached_as(model)
+        if any("/" not in c for c in cached):  # an id without ORG (`bert-base-uncased`)
+            return _from_hub(model, "--model")
+        if cached:
+            raise UsageError(
+                f"--model {model} looks like a Hugging Face model name, not a models module or "
+                f"architecture; the local Hugging Face cache holds {', '.join(cached)}: pass "
+                f"--model {cached[0]}"
+            )
+    return model, None
+
+
+def _from_hub(repo_id: str, option: str) -> tuple[str, Path]:
+    from sglpatch import hub
+
+    try:
+        found = hub.find(repo_id)
+    except hub.NotCached as why:
+        folder = "no such folder, and " if option == "--model-path" else ""
+        raise UsageError(
+            f"{option} {repo_id}: {folder}not in the local Hugging Face cache ({why}); sglpatch "
+            f"downloads nothing: fetch its config with `hf download {repo_id} config.json`, or "
+            "pass --model-path DIR (a checkpoint folder) or --model ARCHITECTURE (its "
+            "config.json's architectures[0])"
+        ) from None
+    said = f"{option} {repo_id} (cached as {found.config})"
+    return _architecture(found.config, said), found.config
+
+
+def _architecture(config: Path, said: str) -> str:
+    """The first architecture a checkpoint's config.json names, as SGLang picks its class.
+
+    `said` starts each error line: the option and where the file is.
+    """
     import json
 
     from sglpatch.doctor.census import is_model_name, shown_name
 
-    config = model_path / "config.json"
     limit = 64 << 20  # bytes: a checkpoint's config.json is a few KB; never a FIFO's wait
     try:
         data = json.loads(read_regular(config, limit).decode("utf-8"))
     except FileNotFoundError:
-        raise UsageError(f"--model-path {model_path}: no config.json there") from None
+        if not os.path.lexists(config):
+            raise UsageError(f"{said}: no config.json there") from None
+        raise UsageError(f"{said}: cannot read config.json: a link to nothing") from None
     except OSError as error:
         why = error.strerror or str(error)
-        raise UsageError(f"--model-path {model_path}: cannot read config.json: {why}") from None
+        raise UsageError(f"{said}: cannot read config.json: {why}") from None
     except RecursionError:
-        raise UsageError(
-            f"--model-path {model_path}: cannot read config.json: nested too deeply"
-        ) from None
+        raise UsageError(f"{said}: cannot read config.json: nested too deeply") from None
     except ValueError as error:  # not UTF-8, not JSON
         why = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
-        raise UsageError(f"--model-path {model_path}: cannot read config.json: {why}") from None
+        raise UsageError(f"{said}: cannot read config.json: {why}") from None
     names = data.get("architectures") if isinstance(data, dict) else None
     if not isinstance(names, list) or not names or not isinstance(names[0], str):
-        raise UsageError(f"--model-path {model_path}: config.json names no architectures")
+        raise UsageError(f"{said}: config.json names no architectures")
     if not is_model_name(names[0]):
         raise UsageError(
-            f"--model-path {model_path}: config.json's architecture "
-            f"{shown_name(names[0])} is not a class name"
+            f"{said}: config.json's architecture {shown_name(names[0])} is not a class name"
         )
     return names[0]

@@ -18,14 +18,13 @@ from sglpatch.errors import ExitCode
 from sglpatch.usage import examples
 
 if TYPE_CHECKING:  # doctor's scanners load only when doctor runs
-    from sglpatch.doctor.verdict import Blocker, Diagnosis
+    from sglpatch.doctor.verdict import Blocker, Diagnosis, Suspect
 
 
 @app.command(
     epilog=examples(
-        "sglpatch doctor",
-        "sglpatch doctor --model kimi_k25 --verbose",
-        "sglpatch doctor --model kimi_k25 --json",
+        "sglpatch doctor --model moonshotai/Kimi-K2.5",
+        "sglpatch doctor --model kimi_k25 --capability 12.1 --verbose",
     )
 )
 @handled
@@ -37,7 +36,9 @@ def doctor(
             "--model",
             "-m",
             help="The model to run with EAGLE-3: its architecture from config.json "
-            "(KimiK25ForConditionalGeneration) or its models module (kimi_k25).",
+            "(KimiK25ForConditionalGeneration), its models module (kimi_k25), or its Hugging "
+            "Face id (moonshotai/Kimi-K2.5), read in the local Hugging Face cache "
+            "($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub); nothing is downloaded.",
             show_default=False,
         ),
     ] = None,
@@ -45,7 +46,8 @@ def doctor(
         Optional[Path],  # noqa: UP045
         typer.Option(
             "--model-path",
-            help="A checkpoint folder: its config.json names the architecture.",
+            help="A checkpoint folder whose config.json names the architecture, or, when no "
+            "such folder exists, a Hugging Face id (ORG/NAME) read in the local cache.",
             show_default=False,
         ),
     ] = None,
@@ -60,6 +62,15 @@ def doctor(
             help="List every suspect, refusal, installed kernel and patch about other models.",
         ),
     ] = False,
+    capability: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--capability",
+            help="Judge one capability-12 part: 12.0 (RTX PRO 6000, RTX 5090) or 12.1 (GB10, "
+            "DGX Spark). Default: both, side by side where they differ.",
+            show_default=False,
+        ),
+    ] = None,
     version: VersionOption = None,
     catalog: CatalogOption = None,
     json_out: JsonOption = False,
@@ -80,6 +91,7 @@ def doctor(
         strict=strict,
         progress=progress,
         version=version,
+        capability=capability,
     )
     if progress is not None:
         sys.stderr.write("\r\033[K")  # clear the progress line
@@ -106,6 +118,8 @@ def _print_diagnosis(report: api.DoctorReport, verbose: bool = False) -> None:
     found = report.diagnosis
     typer.echo(found.verdict)
     typer.echo(f"  target: {report.target.root}")
+    if report.model_from is not None:
+        typer.echo(f"  config: {report.model_from}")
     if found.blockers:
         typer.echo("\nBlockers:")
         _print_rows(found.blockers)
@@ -174,23 +188,30 @@ def _print_next(report: api.DoctorReport) -> None:
 
 
 def _print_suspects(found: Diagnosis, verbose: bool) -> None:
+    """The gates where what 12 gets fails there by the kernel-support table (or loses a path
+    that runs there); those the table does not judge apart; the harmless counted."""
     suspects = found.suspects
     files = len({s.finding.file for s in suspects})
     covered = sum(1 for s in suspects if s.covered_by)
-    label = "blockers under --strict" if found.strict else "heuristic, not blockers"
+    label = "blockers under --strict" if found.strict else "not blockers"
+    on = " and ".join(found.capabilities)
     typer.echo(
-        f"\nSuspects ({label}): {len(suspects)} capability gates in {files} files"
+        f"\nSuspects ({label}): {len(suspects)} capability gates in {files} files where {on} "
+        f"get{'s' * (len(found.capabilities) == 1)} what does not run there by the "
+        "kernel-support table"
         + (f", {covered} covered by a pending patch" if covered else "")
         + ("" if verbose or not suspects else " (--verbose lists them)")
     )
     for suspect in suspects if verbose else ():
-        f = suspect.finding
-        cover = f"  [covered by {suspect.covered_by}]" if suspect.covered_by else ""
-        typer.echo(f"  {f.file}:{f.line}: {f.code}{cover}")
-        if f.kind == "shares":
-            typer.echo(f"      shares: 12 gets {f.gets}, as 10 does")
-        else:
-            typer.echo(f"      {f.kind}: 12 gets {f.gets}; 10 gets {f.like}")
+        _print_suspect(suspect)
+    unjudged = found.unjudged
+    typer.echo(
+        f"\nNot judged: {len(unjudged)} gates give {on} a backend the table does not know; "
+        f"{found.harmless} more give what runs there (harmless, not listed)"
+        + ("" if verbose or not unjudged else " (--verbose lists the former)")
+    )
+    for suspect in unjudged if verbose else ():
+        _print_suspect(suspect)
     if found.refusals:
         typer.echo(
             f"\nNot listed: {len(found.refusals)} places that refuse capability 12 with an error "
@@ -202,12 +223,29 @@ def _print_suspects(found: Diagnosis, verbose: bool) -> None:
         typer.echo(f"  {f.file}:{f.line}: {f.code}")
 
 
+def _print_suspect(suspect: Suspect) -> None:
+    f = suspect.finding
+    cover = f"  [covered by {suspect.covered_by}]" if suspect.covered_by else ""
+    when = f"opt-in: only with {suspect.opt_in}" if suspect.opt_in else "by default"
+    if f.kind == "table":
+        when = "wherever the table is read"
+    typer.echo(f"  {f.file}:{f.line}: {f.code}{cover}")
+    shown = [j for j in suspect.judgements if j.verdict == suspect.verdict]
+    if suspect.differs:
+        shown = list(suspect.judgements)
+    for judgement in shown[: None if suspect.differs else 1]:
+        what = judgement.what or f"{judgement.capability} gets {f.gets}: runs there"
+        typer.echo(f"      {judgement.verdict}: {what}")
+    typer.echo(f"      ({when})")
+
+
 def _print_kernels(report: api.DoctorReport, verbose: bool = False) -> None:
     """The compiled packages beside SGLang: a count (`verbose`: each installed one in a few
     lines), and those not installed named."""
     if report.kernels is None:
         typer.echo(
-            "\nKernels: not judged (a checkout found by --target: no environment is known; run "
+            "\nKernels: not judged (a checkout found by --target or from the current folder: no "
+            "environment is known; run "
             "doctor with --target set to the site-packages of the environment that runs it)"
         )
         return

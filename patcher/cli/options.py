@@ -15,7 +15,8 @@ TargetOption = Annotated[
         "-t",
         help="site-packages holding sglang/, the sglang package folder, a virtual or conda "
         "environment's root, or a checkout of the sglang repository. Default: the sglang of "
-        "$VIRTUAL_ENV, else $CONDA_PREFIX, else this Python's, else python3's on PATH.",
+        "$VIRTUAL_ENV, else $CONDA_PREFIX, else the SGLang tree the current folder is in, else "
+        "this Python's, else python3's on PATH.",
         show_default=False,
     ),
 ]

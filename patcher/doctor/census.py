@@ -300,6 +300,18 @@ def find_model(source: Source, wanted: str) -> tuple[list[Path], set[str] | None
             else ""
         )
         + _suggest(source, wanted)
+        + _hub_hint(wanted)
+    )
+
+
+def _hub_hint(wanted: str) -> str:
+    """No module or class has a name that is not an identifier (`GLM-5.3-Flash`): most likely a
+    Hugging Face model's; say how doctor takes one."""
+    if wanted.isidentifier():
+        return ""
+    return (
+        f"; {wanted} looks like a Hugging Face model name: give its id as ORG/NAME (its "
+        "config.json is read in the local Hugging Face cache) or pass --model-path DIR"
     )
 
 

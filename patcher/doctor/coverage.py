@@ -4,8 +4,9 @@ one's change does to the scanner's findings.
 A patch has work when its target file exists for the release, upstream has not fixed it, and
 its codemod would still change the file (the engine says `Applied`, not `AlreadyApplied`). Each
 such patch is run on its own over the file's current bytes and the result is scanned again: a
-finding that disappears, or whose branch for capability 12 changes, is covered by that patch.
-Touching the same file is not enough; the patch has to change what 12 gets at that gate.
+decision that disappears, or where capability 12.0 or 12.1 gets another branch or choice, is
+covered by that patch. Touching the same file or function is not enough; the patch has to
+change what 12 gets at that decision.
 
 A patch whose file cannot be read fails here (a blocker that names the file); a plugin's patch
 that runs longer than `PLUGIN_TIME_LIMIT` is stopped and fails, named, as one that raised would.
@@ -124,20 +125,78 @@ def covered_by(
     findings: Sequence[Finding],
     checks: Sequence[PatchCheck],
     rescan: Callable[[bytes, str], Sequence[Finding]],
+    read: Callable[[str], bytes | None] | None = None,
 ) -> dict[Finding, str]:
-    """finding -> the first patch (by id) whose change removes it or changes what 12 gets."""
+    """finding -> the first patch (by id) whose change alters what that decision gives 12.
+
+    The patched file is scanned again and each decision is found there by its first line,
+    carried across the patch's edit (`_LineMap`); a patch covers it when the decision is gone
+    or 12.0 or 12.1 gets something else there. An edit elsewhere in the same function does
+    not. `read` gives a file's current bytes (sglang/...): without it, or when it cannot, a
+    finding is matched by what it says alone (its key).
+    """
     by_file: Mapping[str, list[Finding]] = _group(findings)
     covered: dict[Finding, str] = {}
     for check_ in sorted(checks, key=lambda c: c.patch.id):
         if check_.after is None or check_.file not in by_file:
             continue
-        remaining = _multiset(f.key for f in rescan(check_.after, check_.file))
+        after = rescan(check_.after, check_.file)
+        before = read(check_.file) if read is not None else None
+        if before is None:
+            remaining = _multiset(f.key for f in after)
+            for finding in by_file[check_.file]:
+                if remaining.get(finding.key, 0) > 0:
+                    remaining[finding.key] -= 1
+                else:
+                    covered.setdefault(finding, check_.patch.id)
+            continue
+        lines = _LineMap(before, check_.after)
         for finding in by_file[check_.file]:
-            if remaining.get(finding.key, 0) > 0:
-                remaining[finding.key] -= 1
-            else:
+            first, last = lines.span(finding.head or finding.line)
+            same = [
+                f
+                for f in after
+                if first <= (f.head or f.line) <= last and _gives(f) == _gives(finding)
+            ]
+            if not same:
                 covered.setdefault(finding, check_.patch.id)
     return covered
+
+
+def _gives(finding: Finding) -> tuple[object, ...]:
+    """What a decision gives capability 12: its branches' texts and choices, 12.0 and 12.1."""
+    return (
+        finding.kind == "refusal",
+        finding.kind == "table",
+        finding.gets,
+        finding.gets_121,
+        finding.chosen("12.0"),
+        finding.chosen("12.1"),
+    )
+
+
+class _LineMap:
+    """Lines of a file before an edit -> the lines they became after it."""
+
+    def __init__(self, before: bytes, after: bytes) -> None:
+        import difflib
+
+        old = before.decode("utf-8", errors="replace").splitlines()
+        new = after.decode("utf-8", errors="replace").splitlines()
+        matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+        self.opcodes = matcher.get_opcodes()
+
+    def span(self, line: int) -> tuple[int, int]:
+        """The after-lines (first, last, 1-based) that line `line` became; (0, -1): deleted."""
+        index = line - 1
+        for tag, i1, i2, j1, j2 in self.opcodes:
+            if i1 <= index < i2:
+                if tag == "equal":
+                    return j1 + index - i1 + 1, j1 + index - i1 + 1
+                if tag == "delete":
+                    return 0, -1
+                return j1 + 1, j2
+        return 0, -1
 
 
 def _group(findings: Sequence[Finding]) -> dict[str, list[Finding]]:

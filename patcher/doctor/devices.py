@@ -18,7 +18,8 @@ AMPERE: Device = (8, 0)
 HOPPER: Device = (9, 0)
 B200: Device = (10, 0)
 RTX_BLACKWELL: Device = (12, 0)
-DEVICES = (AMPERE, HOPPER, B200, RTX_BLACKWELL)
+GB10: Device = (12, 1)  # DGX Spark
+DEVICES = (AMPERE, HOPPER, B200, RTX_BLACKWELL, GB10)
 NEW = 12
 
 # SGLang's own helpers, as its `srt/utils/common.py` defines them (read from the target when it

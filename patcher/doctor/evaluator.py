@@ -140,7 +140,6 @@ class Evaluator:
     def value(self, node: ast.expr, device: Device, world: bool, depth: int) -> Value:
         if depth > 8:
             return None
-        major, minor = device
         if isinstance(node, ast.Constant):
             constant = node.value
             return constant if isinstance(constant, (int, bool)) else None
@@ -155,49 +154,13 @@ class Evaluator:
         if isinstance(node, ast.Compare):
             return self._compare(node, device, world, depth)
         if isinstance(node, ast.BinOp):
-            left = self.value(node.left, device, world, depth + 1)
-            right = self.value(node.right, device, world, depth + 1)
-            if type(left) is int and type(right) is int:
-                if isinstance(node.op, ast.Add):
-                    return left + right
-                if isinstance(node.op, ast.Mult):
-                    return left * right
-            return None
+            return self._arithmetic(node, device, world, depth)
         if isinstance(node, ast.Subscript):
-            base = self.value(node.value, device, world, depth + 1)
-            index = node.slice
-            if not (isinstance(index, ast.Constant) and index.value in (0, 1)):
-                return None
-            position = 0 if index.value == 0 else 1
-            if isinstance(base, CapabilityLike):
-                return base.device[position]
-            if isinstance(base, tuple) and len(base) == 2:
-                return base[position]
-            return None
+            return self._subscript(node, device, world, depth)
         if isinstance(node, ast.Call):
-            name = _last_name(node.func)
-            if name == "get_device_capability":
-                return (major, minor)
-            if name == "get_device_sm":
-                return major * 10 + minor
-            if isinstance(node.func, ast.Name) and not node.args and not node.keywords:
-                if name in PLATFORM:
-                    return PLATFORM[name]
-                majors = self._helper(name)
-                if majors is not None:
-                    return major in majors
-            if "capabilit" in name.lower() and not node.args:
-                return CapabilityLike(device)
-            return None
+            return self._call(node, device)
         if isinstance(node, ast.Name):
-            if node.id in PLATFORM:
-                return PLATFORM[node.id]
-            if node.id in self.local_aliases or node.id in self.module_aliases:
-                found = self._alias(node.id, device, world, depth)
-                # `compute_capability = probe() if x is None else x`: trust a strong name
-                if found is not None or "capabilit" not in node.id.lower():
-                    return found
-            return self._named(node.id, device)
+            return self._name(node.id, device, world, depth)
         if isinstance(node, ast.Attribute):
             probe = self.probe(node)
             if probe is not None:
@@ -210,6 +173,60 @@ class Evaluator:
                 return None
             return self.value(node.body if test else node.orelse, device, world, depth + 1)
         return None
+
+    def _arithmetic(self, node: ast.BinOp, device: Device, world: bool, depth: int) -> Value:
+        """`major * 10 + minor`: sums and products of ints; anything else is unknown."""
+        left = self.value(node.left, device, world, depth + 1)
+        right = self.value(node.right, device, world, depth + 1)
+        if type(left) is int and type(right) is int:
+            if isinstance(node.op, ast.Add):
+                return left + right
+            if isinstance(node.op, ast.Mult):
+                return left * right
+        return None
+
+    def _subscript(self, node: ast.Subscript, device: Device, world: bool, depth: int) -> Value:
+        """`[0]` or `[1]` of a capability pair; other indexes are unknown."""
+        base = self.value(node.value, device, world, depth + 1)
+        index = node.slice
+        if not (isinstance(index, ast.Constant) and index.value in (0, 1)):
+            return None
+        position = 0 if index.value == 0 else 1
+        if isinstance(base, CapabilityLike):
+            return base.device[position]
+        if isinstance(base, tuple) and len(base) == 2:
+            return base[position]
+        return None
+
+    def _call(self, node: ast.Call, device: Device) -> Value:
+        """A capability probe (`torch.cuda.get_device_capability()`), or a bare call of a
+        platform check or of one of SGLang's helpers (`is_sm100_supported()`)."""
+        major, minor = device
+        name = _last_name(node.func)
+        if name == "get_device_capability":
+            return (major, minor)
+        if name == "get_device_sm":
+            return major * 10 + minor
+        if isinstance(node.func, ast.Name) and not node.args and not node.keywords:
+            if name in PLATFORM:
+                return PLATFORM[name]
+            majors = self._helper(name)
+            if majors is not None:
+                return major in majors
+        if "capabilit" in name.lower() and not node.args:
+            return CapabilityLike(device)
+        return None
+
+    def _name(self, name: str, device: Device, world: bool, depth: int) -> Value:
+        """A platform flag, a name assigned in the scope, or one read by its spelling."""
+        if name in PLATFORM:
+            return PLATFORM[name]
+        if name in self.local_aliases or name in self.module_aliases:
+            found = self._alias(name, device, world, depth)
+            # `compute_capability = probe() if x is None else x`: trust a strong name
+            if found is not None or "capabilit" not in name.lower():
+                return found
+        return self._named(name, device)
 
     def probe(self, node: ast.AST) -> str | None:
         """`is_sm100` for `get_platform().is_sm100`, and for `p.is_sm100` in a scope that

@@ -219,7 +219,7 @@ def scan_bytes(data: bytes, shown: str, helpers: Helpers) -> list[Finding]:
     # A module's own `def is_blackwell()` is not SGLang's helper of that name.
     defined = frozenset(_DEFINED.findall(text)) if "def is_" in text else frozenset()
     found = list(gates.Gates(tree, shown, scanned, helpers, defined).run(wanted)) if wanted else []
-    found = [f._replace(line=real[f.line]) for f in found]
+    found = [f._replace(line=real[f.line], head=real[f.head] if f.head else 0) for f in found]
     if rows:
         found += tables.tables(tree, shown, source_lines)
     return sorted(set(found), key=lambda f: (f.line, f.kind))

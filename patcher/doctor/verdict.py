@@ -10,7 +10,9 @@ that needs an opt-in flag is listed apart, one about other models (or, when the 
 known, other quantizations) is counted. A quantization-specific patch blocks when the
 quantization is not known, with its condition ("if the checkpoint is fp8"): apply fixes it
 either way, and "ready" must hold for every checkpoint of the model. The scanner's findings are
-suspects: listed, counted, and blockers only under `strict`. A file doctor could not read or
+suspects: judged against the kernel-support table for each capability asked (`judged`); those
+that fail there (or lose a path that runs there) are listed, those the table does not know are
+listed apart, the harmless counted; blockers only under `strict`. A file doctor could not read or
 parse is not judged: listed, and the answer cannot be "ready" (what it holds is unknown). Ready
 means no blockers and every file judged.
 """
@@ -23,9 +25,9 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
-from sglpatch.doctor import census, coverage, devices, eagle3, pool, scanner
+from sglpatch.doctor import census, coverage, devices, eagle3, judged, pool, scanner
 from sglpatch.doctor.findings import Finding
-from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source
+from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, read_file
 from sglpatch.patch import Effect, Patch
 from sglpatch.results import Failed
 
@@ -50,6 +52,21 @@ class ModelReport(NamedTuple):
 class Suspect(NamedTuple):
     finding: Finding
     covered_by: str | None
+    # By the kernel-support table (`judged`): fails, loses, not judged or harmless, and each
+    # capability asked's judgement.
+    verdict: str = judged.FAILS
+    judgements: tuple[judged.Judgement, ...] = ()
+
+    @property
+    def opt_in(self) -> str:
+        """The user's flag that leads to every listed judgement, or "" (by default)."""
+        listed = [j for j in self.judgements if j.verdict == self.verdict]
+        return listed[0].opt_in if listed and all(j.opt_in for j in listed) else ""
+
+    @property
+    def differs(self) -> bool:
+        """12.0 and 12.1 are judged apart here."""
+        return len({(j.verdict, j.what.replace(j.capability, "12")) for j in self.judgements}) > 1
 
 
 class Diagnosis(NamedTuple):
@@ -68,6 +85,11 @@ class Diagnosis(NamedTuple):
     tables: tuple[Blocker, ...] = ()  # pending patches that only complete a table here
     elsewhere: tuple[str, ...] = ()  # with --model: pending patches about other models (ids)
     quantization: str | None = None  # the checkpoint's, when it is known
+    # Suspects the table does not judge (what 12 gets there is unknown to it), and how many
+    # decisions give 12 something that runs (counted, not listed).
+    unjudged: tuple[Suspect, ...] = ()
+    harmless: int = 0
+    capabilities: tuple[str, ...] = judged.CAPABILITIES
 
     @property
     def ready(self) -> bool:
@@ -117,6 +139,7 @@ def diagnose(
     strict: bool = False,
     progress: Progress | None = None,
     quantization: str | None = None,
+    capabilities: Sequence[str] = judged.CAPABILITIES,
 ) -> Diagnosis:
     say = progress or (lambda _: None)  # the stages, for a terminal's progress line
     source = Source(package_dir)
@@ -142,13 +165,22 @@ def diagnose(
         checks = _ours(run.result(), patches) if run is not None else []
     work = coverage.pending(checks)
 
-    covered = coverage.covered_by(findings, work, _rescanner(source, helpers))
+    covered = coverage.covered_by(
+        findings, work, _rescanner(source, helpers), lambda shown: _current(package_dir, shown)
+    )
     reports = tuple(
         _model_report(source, models, r, required, work) for r in registered if not r.excluded
     )
     chosen = reports[0] if model is not None and len(reports) == 1 else None
 
-    suspects = tuple(Suspect(f, covered.get(f)) for f in findings if f.kind != "refusal")
+    shown_release = str(release) if release is not None else None
+    every = [
+        _suspect(f, covered.get(f), shown_release, capabilities)
+        for f in findings
+        if f.kind != "refusal"
+    ]
+    suspects = tuple(s for s in every if s.verdict in judged.LISTED)
+    unjudged = tuple(s for s in every if s.verdict == judged.NOT_JUDGED)
     modules = {f"sglang/{p.relative_to(package_dir).as_posix()}" for p in paths}
     asked = None
     if model is not None:
@@ -176,7 +208,23 @@ def diagnose(
         tuple(found.tables),
         tuple(found.elsewhere),
         quantization if model is not None else None,
+        unjudged,
+        sum(1 for s in every if s.verdict == judged.HARMLESS),
+        tuple(capabilities),
     )
+
+
+def _suspect(
+    finding: Finding, covered_by: str | None, release: str | None, capabilities: Sequence[str]
+) -> Suspect:
+    judgements = judged.judge_all(finding, release, capabilities)
+    return Suspect(finding, covered_by, judged.worst(judgements), judgements)
+
+
+def _current(package_dir: Path, shown: str) -> bytes | None:
+    """A file's bytes as the tree holds them now (sglang/...), for coverage's line map."""
+    data, _ = read_file(package_dir / shown[len("sglang/") :])
+    return data
 
 
 def _models_asked(source: Source, model: str | None) -> tuple[list[Path], set[str] | None]:
@@ -204,9 +252,10 @@ def _rescanner(
 def _as_blocker(suspect: Suspect) -> Blocker:
     """A suspect counted as a blocker (`--strict`)."""
     f = suspect.finding
-    return Blocker(
-        f"capability 12 gets {f.gets} ({f.kind})", f"{f.file}:{f.line}", suspect.covered_by
-    )
+    listed = [j for j in suspect.judgements if j.verdict == suspect.verdict]
+    what = listed[0].what if listed else f"capability 12 gets {f.gets} ({f.kind})"
+    when = f"with {suspect.opt_in}" if suspect.opt_in else ""
+    return Blocker(what, f"{f.file}:{f.line}", suspect.covered_by, when=when)
 
 
 class _Asked(NamedTuple):

@@ -1,0 +1,108 @@
+"""The scanner's findings judged against the kernel-support table (`sglpatch.support`).
+
+What a capability-12 GPU chooses at a decision (`Finding.choices`) is looked up for each
+capability asked (12.0, 12.1), for the target's release:
+
+- `fails`: a choice the table says does not run there (or a table keyed by majors without 12);
+- `not judged`: a choice the table does not know (None): never counted as a failure;
+- `loses`: 12 runs, but 10 gets a choice that runs on 12 too and 12 does not get it;
+- `harmless`: the rest: counted, not listed.
+
+Each judgement says in one line what 12 gets, why it fails there (the table's source, cut
+short) and whether only a flag the user passes leads there (opt-in) or it is the default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from sglpatch import support
+from sglpatch.doctor import entries
+from sglpatch.doctor.findings import Chosen, Finding
+
+FAILS, LOSES, NOT_JUDGED, HARMLESS = "fails", "loses", "not judged", "harmless"
+LISTED = (FAILS, LOSES)
+_ORDER = (FAILS, LOSES, NOT_JUDGED, HARMLESS)
+CAPABILITIES = ("12.0", "12.1")
+
+
+class Judgement(NamedTuple):
+    """One finding on one capability."""
+
+    capability: str  # "12.0"
+    verdict: str  # fails, loses, not judged, harmless
+    what: str  # one line: what 12 gets and why it fails (or is not judged) there
+    opt_in: str = ""  # the user's flag that leads there; "" when it is the default
+
+
+def judge(finding: Finding, release: str | None, capability: str) -> Judgement:
+    """What `capability` gets at the finding, by the table, for this release."""
+    if finding.kind == "table":
+        return Judgement(
+            capability, FAILS, f"{capability} gets {finding.gets}: the table has no row for 12"
+        )
+    cap = _capability(capability)
+    chosen = [c for c in finding.chosen(capability) if _holds(c, release)]
+    answers = [(c, support.runs_on(c[1], c[2], cap, release=release)) for c in chosen]
+    failing = [c for c, runs in answers if runs is False]
+    if failing:
+        first = failing[0]
+        opt = first[4] if all(c[4] for c in failing) else ""
+        return Judgement(capability, FAILS, _fails(first, cap, release), opt)
+    unknown = [c for c, runs in answers if runs is None]
+    if unknown:
+        first = unknown[0]
+        reason = support.not_judged().get((first[1], first[2])) or "unknown there"
+        what = f"{capability} gets {_named(first)}: not judged by the table ({_short(reason)})"
+        return Judgement(capability, NOT_JUDGED, what, first[4])
+    got = {(c[1], c[2]) for c in chosen}
+    for other in finding.chosen("10.0"):
+        key = (other[1], other[2])
+        if key in got or not _holds(other, release):
+            continue
+        if support.runs_on(other[1], other[2], cap, release=release):
+            gets = ", ".join(_named(c) for c in chosen) or finding.gets
+            what = (
+                f"{capability} gets {gets}; 10 gets {_named(other)}, which runs on {capability} too"
+            )
+            return Judgement(capability, LOSES, what, other[4])
+    return Judgement(capability, HARMLESS, "")
+
+
+def judge_all(
+    finding: Finding, release: str | None, capabilities: Sequence[str] = CAPABILITIES
+) -> tuple[Judgement, ...]:
+    return tuple(judge(finding, release, c) for c in capabilities)
+
+
+def worst(judgements: Sequence[Judgement]) -> str:
+    return min((j.verdict for j in judgements), key=_ORDER.index, default=HARMLESS)
+
+
+def _fails(choice: Chosen, cap: support.Capability, release: str | None) -> str:
+    record = support.lookup(choice[1], choice[2], release=release)
+    where = record.shown_range() if record is not None else "nothing"
+    source = _short(record.source) if record is not None else ""
+    return f"{choice[0]} gets {_named(choice)}: runs on {where} only ({source})"
+
+
+def _named(choice: Chosen) -> str:
+    _, kind, name, via, _ = choice
+    return f"{name} ({kind}, by {via})" if via != name else f"{name} ({kind})"
+
+
+def _holds(choice: Chosen, release: str | None) -> bool:
+    entry = entries.ENTRIES.get(choice[3])
+    return entry is None or entry.holds(release)
+
+
+def _capability(text: str) -> support.Capability:
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
+def _short(text: str, limit: int = 110) -> str:
+    """A table source cut at its first clause, or at `limit` characters."""
+    first = text.split("; ")[0]
+    return first if len(first) <= limit else first[: limit - 3] + "..."
