@@ -5,7 +5,9 @@ FLASHINFER_TRTLLM on every GPU, and FlashInfer's trtllm-gen MoE kernels exist fo
 an NVFP4 MoE checkpoint on an RTX PRO 6000 / RTX 5090 / GB10 fails on its first MoE layer.
 0.5.13 added a branch to `ServerArgs._handle_moe_kernel_config` that picks `flashinfer_cutlass`
 for `auto` + `modelopt_fp4` on SM120; this patch inserts the same branch, right after the
-mxfp8 branch it follows upstream.
+mxfp8 branch it follows upstream, with the test `sm120-nvfp4-moe-checkpoint-quant` gives
+upstream's from 0.5.13: without `--quantization`, the checkpoint's (`get_model_config()`) counts,
+and is read on SM120 only.
 
 Delete when: the oldest release in use is 0.5.13 or newer (there the branch is upstream's own;
 0.5.15 moved it to `arg_groups/overrides.py`, where this patch only recognises it). Releases
@@ -42,12 +44,13 @@ RESOLVER = ByRelease(
     }
 )
 
-# Upstream's branch (0.5.13), in the method's own indentation once parsed into it.
+# Upstream's branch (0.5.13), in the method's own indentation once parsed into it, tested as
+# sm120-nvfp4-moe-checkpoint-quant tests it from 0.5.13 (an NVFP4 checkpoint without the flag).
 BRANCH = """\
 if (
     self.moe_runner_backend == "auto"
-    and self.quantization == "modelopt_fp4"
     and is_sm120_supported()
+    and (self.quantization or self.get_model_config().quantization) == "modelopt_fp4"
 ):
     self.moe_runner_backend = "flashinfer_cutlass"
     logger.info(

@@ -112,9 +112,11 @@ def test_a_release_picks_the_reading_that_holds_for_it() -> None:
     assert support.runs_on("attention", "trtllm_mha", (12, 0), "0.5.9") is False
     assert support.runs_on("attention", "trtllm_mha", (12, 0), "0.5.10") is True
     assert support.runs_on("attention", "trtllm_mha", (12, 0)) is True  # the newest reading
-    # fa4 on 12: no through 0.5.17, SGLang's own SM120 port from 0.5.18, unread in between.
+    # fa4 on 12: no through 0.5.17 (no SM120 path, then no paged KV on 12), SGLang's own SM120
+    # port from 0.5.18; 9.0 unread for the flash-attn-4 package releases.
     assert support.runs_on("attention", "fa4", (12, 0), "0.5.9") is False
-    assert support.runs_on("attention", "fa4", (12, 0), "0.5.12") is None
+    assert support.runs_on("attention", "fa4", (12, 0), "0.5.12") is False
+    assert support.runs_on("attention", "fa4", (9, 0), "0.5.12") is None
     assert support.runs_on("attention", "fa4", (12, 1), "0.5.17") is False
     assert support.runs_on("attention", "fa4", (12, 1), "0.5.18") is True
     assert support.lookup("attention", "fa4", "0.5.18") == support.table()["attention", "fa4"]

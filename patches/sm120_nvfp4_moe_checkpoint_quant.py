@@ -1,0 +1,229 @@
+"""NVFP4 MoE checkpoints started without `--quantization` get FlashInfer CUTLASS on capability 12.
+
+Why: the ModelOpt NVFP4 MoE method turns `--moe-runner-backend auto` into FLASHINFER_TRTLLM
+(`ModelOptNvFp4FusedMoEMethod.create_moe_runner`; from 0.5.13 Marlin only for 8.0 <= capability
+< 10.0), and FlashInfer's trtllm-gen MoE kernels exist for SM100 only. The one branch that gives
+capability 12 `flashinfer_cutlass` instead (`ServerArgs._handle_moe_kernel_config`, 0.5.13-0.5.14;
+`_moe_runner_backend_quant_constraints` in `arg_groups/overrides.py` from 0.5.15) tests the
+server argument `quantization == "modelopt_fp4"`. SGLang finds an NVFP4 checkpoint by itself
+(ModelConfig resolves the checkpoint's `modelopt` + `NVFP4` to `modelopt_fp4`), so most users pass
+no `--quantization`, and on 12 nothing copies the checkpoint's quantization into the argument:
+the DeepSeek, Qwen3-MoE, GLM4-MoE and Gemma4 overrides that do run on SM100 only. The argument
+stays None, `auto` stays `auto`, the layer builds a trtllm-gen runner, and the first MoE layer
+fails ("MoE kernel requires 10.x architecture", or no cubin for the device). `layers/moe/utils.py`
+copies the resolved argument and does not resolve it again. The runner alone cannot be switched
+in `create_moe_runner`: the method prepares the weights for the global backend
+(`enable_flashinfer_cutlass_moe`, `enable_flashinfer_trtllm_moe`), so the choice must be made
+where upstream makes it, before the layers exist.
+
+This patch widens that branch's test: `auto`, SM120, and `modelopt_fp4` from the flag or, when
+no `--quantization` was given, as the checkpoint's resolved quantization
+(`self.get_model_config()` to 0.5.14, `view.get_model_config()` 0.5.15-0.5.18,
+`model_config_of(view)` from 0.5.19: the memoised ModelConfig each release's own resolution
+reads). A flag that was given is kept as the only word: `--quantization modelopt` would fail
+flashinfer_cutlass's own check of the flag. The capability test moves in front, so other
+capabilities never read the model config here. On 0.5.11-0.5.12 the branch is not upstream's:
+`sm120-nvfp4-moe-backend` inserts it already tested this way, so this patch starts at 0.5.13.
+
+Sources: the trace in the release trees (issue 19); flashinfer-ai/flashinfer PR #3670 (trtllm-gen
+FP4 MoE has no SM120/SM121 cubins); sgl-project/sglang PR #35617 (open: the same SM120 branch
+for `modelopt_mixed`, chosen before weight preparation for the same reason). The workaround
+without sglpatch is `--quantization modelopt_fp4` or `--moe-runner-backend flashinfer_cutlass`.
+
+Delete when: a release fixes it upstream (none has as of 0.5.23).
+"""
+
+from __future__ import annotations
+
+from packaging.version import Version
+
+from sglpatch.patch import (
+    TESTED,
+    AlreadyPresent,
+    AnchorMissing,
+    ByRelease,
+    Concerns,
+    Patch,
+    PostconditionFailed,
+    cst,
+    cst_tools,
+)
+from sglpatch.patches.sm120_nvfp4_moe_backend import METHOD
+
+# sm120-nvfp4-moe-backend's files from 0.5.13: before, the branch is the one it inserts.
+FILES = ByRelease(
+    {
+        ">=0.5.13,<0.5.15": "srt/server_args.py",
+        ">=0.5.15": "srt/arg_groups/overrides.py",
+    }
+)
+FP4 = "modelopt_fp4"
+
+# How each release's resolution reads the memoised ModelConfig (`{owner}` is `self` or `view`).
+MODEL_CONFIG = ByRelease(
+    {
+        ">=0.5.13,<0.5.19": "{owner}.get_model_config()",
+        ">=0.5.19": "model_config_of({owner})",
+    }
+)
+
+# The widened test, in the branch's own indentation once parsed into it.
+TEST = """\
+if (
+    {others}
+    and ({owner}.quantization or {model_config}.quantization) == "{fp4}"
+):
+    pass
+"""
+
+
+def _operands(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The operands of an `a and b and c` chain, left to right."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return [*_operands(test.left), *_operands(test.right)]
+    return [test]
+
+
+def _names_sm120(node: cst.CSTNode) -> bool:
+    """`is_sm120_supported()` (to 0.5.18) or `get_platform().is_sm120` (from 0.5.19)."""
+    names = any(n.value == "is_sm120_supported" for n in cst_tools.walk(node, cst.Name))
+    return names or any(a.attr.value == "is_sm120" for a in cst_tools.walk(node, cst.Attribute))
+
+
+def _reads_model_config(node: cst.CSTNode) -> bool:
+    """A `<model config>.quantization` read: `get_model_config()` or `model_config_of(...)`."""
+    for attribute in cst_tools.walk(node, cst.Attribute):
+        call = attribute.value
+        if attribute.attr.value != "quantization" or not isinstance(call, cst.Call):
+            continue
+        called = call.func
+        if isinstance(called, cst.Attribute) and called.attr.value == "get_model_config":
+            return True
+        if isinstance(called, cst.Name) and called.value == "model_config_of":
+            return True
+    return False
+
+
+def _flag_test(node: cst.BaseExpression) -> str | None:
+    """`<owner>.quantization == "modelopt_fp4"` -> the owner's name (`self`, `view`)."""
+    if not (isinstance(node, cst.Comparison) and len(node.comparisons) == 1):
+        return None
+    target = node.comparisons[0]
+    left, right = node.left, target.comparator
+    if not (
+        isinstance(target.operator, cst.Equal)
+        and isinstance(left, cst.Attribute)
+        and left.attr.value == "quantization"
+        and isinstance(left.value, cst.Name)
+        and isinstance(right, cst.SimpleString)
+        and right.value.strip("\"'") == FP4
+    ):
+        return None
+    return left.value.value
+
+
+def _assigns_cutlass(branch: cst.If) -> bool:
+    for assign in cst_tools.walk(branch.body, cst.Assign):
+        target = assign.targets[0].target
+        name = target.attr.value if isinstance(target, cst.Attribute) else None
+        name = target.value if isinstance(target, cst.Name) else name
+        value = assign.value
+        if (
+            name == "moe_runner_backend"
+            and isinstance(value, cst.SimpleString)
+            and value.value.strip("\"'") == "flashinfer_cutlass"
+        ):
+            return True
+    return False
+
+
+def _branch(scope: cst.CSTNode) -> cst.If:
+    """The one `if` that sends `auto` + modelopt_fp4 on SM120 to flashinfer_cutlass."""
+    found = [
+        b
+        for b in cst_tools.walk(scope, cst.If)
+        if _names_sm120(b.test)
+        and any(s.value.strip("\"'") == FP4 for s in cst_tools.walk(b.test, cst.SimpleString))
+        and _assigns_cutlass(b)
+    ]
+    if len(found) != 1:
+        raise AnchorMissing(
+            f"expected one modelopt_fp4 + SM120 -> flashinfer_cutlass branch, found {len(found)}"
+        )
+    return found[0]
+
+
+class Sm120Nvfp4MoeCheckpointQuant(Patch):
+    """Let the checkpoint's modelopt_fp4 reach upstream's SM120 flashinfer_cutlass branch."""
+
+    id = "sm120-nvfp4-moe-checkpoint-quant"
+    description = (
+        "NVFP4 MoE `auto` resolves to flashinfer_cutlass on capability 12 when the quantization "
+        "comes from the checkpoint"
+    )
+    symptom = (
+        "NVFP4 MoE checkpoints started without --quantization fail in FlashInfer trtllm-gen MoE "
+        "(SM100-only kernels) on SM120"
+    )
+    tested = TESTED
+    files = FILES
+    concerns = Concerns(quantization=(FP4,))
+
+    def _scope(self, module: cst.Module, release: Version) -> cst.CSTNode:
+        if release >= Version("0.5.15"):
+            return module
+        method = cst_tools.methods(cst_tools.find_class(module, "ServerArgs")).get(METHOD)
+        if method is None:
+            raise AnchorMissing(f"ServerArgs has no {METHOD}()")
+        return method
+
+    def transform(self, module: cst.Module, release: Version) -> cst.Module:
+        branch = _branch(self._scope(module, release))
+        if _reads_model_config(branch.test):
+            raise AlreadyPresent("the SM120 NVFP4 MoE branch already reads the model config")
+        operands = _operands(branch.test)
+        flags = [(i, owner) for i, op in enumerate(operands) if (owner := _flag_test(op))]
+        if len(flags) != 1:
+            raise AnchorMissing('the SM120 branch does not test `quantization == "modelopt_fp4"`')
+        index, owner = flags[0]
+        template = MODEL_CONFIG.get(release)
+        if template is None:
+            raise AnchorMissing(f"no model-config reader known for SGLang {release}")
+        if template.startswith("model_config_of") and "model_config_of" not in _bound(module):
+            raise AnchorMissing("the overrides module does not import model_config_of")
+        others = [module.code_for_node(op) for i, op in enumerate(operands) if i != index]
+        text = TEST.format(
+            others="\n    and ".join(others),
+            owner=owner,
+            fp4=FP4,
+            model_config=template.format(owner=owner),
+        )
+        parsed = cst.parse_module(text, config=module.config_for_parsing).body[0]
+        if not isinstance(parsed, cst.If):
+            raise AnchorMissing(f"the branch's operands do not make an `if` test: {others}")
+        return cst_tools.replace(module, branch, branch.with_changes(test=parsed.test))
+
+    def postcondition(self, module: cst.Module, release: Version) -> None:
+        try:
+            branch = _branch(self._scope(module, release))
+        except AnchorMissing as error:
+            raise PostconditionFailed(str(error)) from None
+        operands = _operands(branch.test)
+        sm120 = next((i for i, op in enumerate(operands) if _names_sm120(op)), None)
+        read = next((i for i, op in enumerate(operands) if _reads_model_config(op)), None)
+        if read is None or sm120 is None:
+            raise PostconditionFailed("the SM120 NVFP4 MoE branch ignores the checkpoint")
+        if sm120 > read:
+            raise PostconditionFailed("the model config is read before the SM120 test")
+
+
+def _bound(module: cst.Module) -> set[str]:
+    """Names bound by the module's top-level `from ... import` statements."""
+    names: set[str] = set()
+    for line in module.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        for small in line.body:
+            if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                names.update(alias.evaluated_name for alias in small.names)
+    return names
