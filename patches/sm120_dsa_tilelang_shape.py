@@ -7,7 +7,8 @@ GLM-5.3-Flash) with its default shape: v1 block_I=64, num_stages=2, threads=256;
 (v1) and 170048-231680 (v2) bytes of dynamic shared memory; capability 12 has 101376 B per block,
 so the first prefill dies with "Failed to set the allowed dynamic shared memory size to 169984"
 (GLM-5.3-Flash at 32 heads per rank: sglang PR #36507's SM120 table, issues #40286 and #39302).
-No release reduces it.
+No release reduces it. 0.5.9 - 0.5.14 build an older v2 (`T.gemm(..., wg_wait=-1)`) in the same
+shape: lowered by TileLang 0.1.8, their pin from 0.5.12, it asks for the same 170048-231680 B.
 
 On capability 12 this patch builds `sparse_attention_fwd_kernel_v1` (which takes the RoPE tail as
 well) with block_I=32, num_stages=1, threads=128, the shape of sglang issue #37105's working
@@ -46,8 +47,17 @@ FACTORIES = {"kernel_factory", "sparse_attention_fwd_kernel_v2"}  # 0.5.20+, bef
 SHAPE = {"block_I": 32, "num_stages": 1, "threads": 128}
 SM120_TEST = "torch.cuda.get_device_capability(q.device)[0] == 12"
 
-# The kernels moved to sglang/kernels in 0.5.16 (0.5.15 keeps them under srt/layers).
-TARGET = ByRelease({"<0.5.16": None, ">=0.5.16": "kernels/ops/attention/dsa/tilelang_kernel.py"})
+# The kernels moved from srt/layers/attention/nsa to .../dsa in 0.5.13 (nsa/ keeps a re-export
+# shim) and to sglang/kernels in 0.5.16. Before 0.5.9 nothing selects TileLang on CUDA
+# (sm120-dsa-backends does not reach those releases).
+TARGET = ByRelease(
+    {
+        ">=0.5.16": "kernels/ops/attention/dsa/tilelang_kernel.py",
+        ">=0.5.13,<0.5.16": "srt/layers/attention/dsa/tilelang_kernel.py",
+        ">=0.5.9,<0.5.13": "srt/layers/attention/nsa/tilelang_kernel.py",
+        "<0.5.9": None,
+    }
+)
 
 BRANCH = """\
 if {test}:

@@ -17,8 +17,23 @@ from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
 
-FIRST = Version("0.5.16")
-RELEASES = ["0.5.16", "0.5.17", "0.5.20", "0.5.22", "0.5.23"]
+FIRST = Version("0.5.9")
+# ServerArgs' nsa_* (0.5.9 without a ROCm arm, 0.5.10, 0.5.12) and dsa_* (0.5.13, 0.5.14)
+# methods, then arg_groups/overrides.py.
+RELEASES = [
+    "0.5.9",
+    "0.5.10",
+    "0.5.12",
+    "0.5.13",
+    "0.5.14",
+    "0.5.15",
+    "0.5.16",
+    "0.5.17",
+    "0.5.20",
+    "0.5.22",
+    "0.5.23",
+]
+DEEPSEEK_V3 = "DeepseekV3ForCausalLM"  # the DSA form (index_topk), DeepSeek-V3.2 before 0.5.12
 DEEPSEEK = "DeepseekV32ForCausalLM"
 GLM5 = "GlmMoeDsaForCausalLM"
 GLM53_FLASH = "Glm5NextForConditionalGeneration"
@@ -51,7 +66,9 @@ def _patched(release: str) -> bytes:
 
 
 def _architectures(release: str) -> list[str]:
-    names = [DEEPSEEK, GLM5]
+    names = [DEEPSEEK_V3, GLM5]
+    if Version(release) >= Version("0.5.12"):  # the release's DSA arm lists it
+        names.append(DEEPSEEK)
     return [*names, GLM53_FLASH] if Version(release) >= Version("0.5.20") else names
 
 
@@ -71,11 +88,17 @@ def matrix_expected(release: Version) -> str:
 
 
 def matrix_symptom(release: Version, pristine: Mapping[str, bytes]) -> None:
-    """Unpatched, DeepSeek-V3.2 on capability 12 gets trtllm for prefill and decode."""
-    source = pristine[_path(str(release))]
+    """Unpatched, DeepSeek-V3.2 on capability 12 gets trtllm for prefill and decode (FlashMLA's
+    flashmla_auto and flashmla_kv in 0.5.9): the table says they do not run there."""
+    name = str(release)
+    source = pristine[_path(name)]
     for capability in stand_ins.SM120:
-        got = resolve(source, str(release), capability, DEEPSEEK)
-        assert got["prefill"] == "trtllm" and got["decode"] == "trtllm", got
+        got = resolve(source, name, capability, DEEPSEEK_V3)
+        expected = (
+            ("flashmla_auto", "flashmla_kv") if release < Version("0.5.10") else ("trtllm",) * 2
+        )
+        assert (got["prefill"], got["decode"]) == expected, got
+        assert all(support.runs_on("dsa", b, capability, name) is False for b in expected)
 
 
 def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
@@ -146,10 +169,11 @@ def test_other_capabilities_get_what_they_got(
         )
 
 
+@pytest.mark.parametrize("release", ["0.5.9", "0.5.12", "0.5.14", "0.5.22"])
 @pytest.mark.parametrize("capability", stand_ins.SM120, ids=str)
-def test_a_backend_the_user_chose_is_kept(capability: tuple[int, int]) -> None:
-    view = stand_ins_dsa.View(DEEPSEEK, "bfloat16", dsa_decode_backend="flashmla_sparse")
-    got = stand_ins_dsa.resolve(_patched("0.5.22"), "0.5.22", capability, view)
+def test_a_backend_the_user_chose_is_kept(release: str, capability: tuple[int, int]) -> None:
+    view = stand_ins_dsa.View(DEEPSEEK_V3, "bfloat16", dsa_decode_backend="flashmla_sparse")
+    got = stand_ins_dsa.resolve(_patched(release), release, capability, view)
     assert got == {"kv_cache_dtype": "bfloat16", "prefill": "tilelang", "decode": "flashmla_sparse"}
 
 

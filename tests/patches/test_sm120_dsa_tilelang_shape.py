@@ -2,9 +2,10 @@
 
 The dispatcher (`tilelang_sparse_fwd`) is the release's own, run on stand-in tensors and a
 stand-in `torch.cuda` with recorders for the kernel factories. The shared memory of each shape is
-what TileLang 0.1.12 allocates (`dyn_shared_memory_buf`) lowering the release's own kernel for
-sm_120 on a CPU machine; `test_the_shapes_lower_to_these_figures` re-measures it where tilelang
-is installed.
+what TileLang allocates (`dyn_shared_memory_buf`) lowering the release's own kernel for sm_120 on
+a CPU machine (0.1.12; 0.1.8, the pin of 0.5.12 - 0.5.14, for the v2 kernel of 0.5.9 - 0.5.14,
+whose `T.gemm(..., wg_wait=-1)` 0.1.12 no longer takes); `test_the_shapes_lower_to_these_figures`
+re-measures it where that tilelang is installed.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from packaging.version import Version
 
 from sglpatch import engine
+from sglpatch.patch import ByRelease
 from sglpatch.patches.sm120_dsa_tilelang_shape import SHAPE, TARGET, V1, Sm120DsaTilelangShape
 from sglpatch.results import Applied
 from tests.support import stand_ins_moe as stand_ins
@@ -26,7 +28,8 @@ from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
 
-FIRST = Version("0.5.16")
+FIRST = Version("0.5.9")
+V2 = "sparse_attention_fwd_kernel_v2"
 SMEM_12 = 101376
 SMALL = tuple(sorted(SHAPE.items()))
 # (kernel, shape, padded heads per block, RoPE tail) -> bytes, TileLang 0.1.12, sm_120, 0.5.22.
@@ -44,6 +47,56 @@ LOWERED = {
     (V1, SMALL, 32, 64): 76800,
     (V1, SMALL, 64, 64): 115712,
 }
+# The same, TileLang 0.1.12, 0.5.15: v1 is one kernel from 0.5.4.post2 to 0.5.19 (0.5.20 lets it
+# drop the RoPE tail), v2 one from 0.5.15 to 0.5.23.
+LOWERED_0_5_15 = {
+    (V1, (), 16, 64): 169984,
+    (V1, (), 32, 64): 190464,
+    (V1, (), 64, 64): 231424,
+    (V2, (), 16, 64): 170048,
+    (V2, (), 32, 64): 190592,
+    (V2, (), 64, 64): 231680,
+    (V1, SMALL, 16, 64): 57344,
+    (V1, SMALL, 32, 64): 76800,
+    (V1, SMALL, 64, 64): 115712,
+}
+# The v2 of 0.5.9 - 0.5.14 and the v1 they share, TileLang 0.1.8 (the pin of 0.5.12 - 0.5.14;
+# 0.5.9 - 0.5.11 pin none), 0.5.12.
+LOWERED_0_5_12 = {
+    (V2, (), 16, 64): 170048,
+    (V2, (), 32, 64): 190592,
+    (V2, (), 64, 64): 231680,
+    (V1, SMALL, 16, 64): 57344,
+    (V1, SMALL, 32, 64): 76800,
+    (V1, SMALL, 64, 64): 115712,
+}
+
+
+class Lowering(NamedTuple):
+    """Figures lowered from one release's tilelang_kernel.py by one TileLang."""
+
+    release: str
+    tilelang: str
+    figures: dict[tuple[str, tuple[tuple[str, int], ...], int, int], int]
+
+
+LOWERINGS = (
+    Lowering("0.5.22", "0.1.12", LOWERED),
+    Lowering("0.5.15", "0.1.12", LOWERED_0_5_15),
+    Lowering("0.5.12", "0.1.8", LOWERED_0_5_12),
+)
+# The figures that hold for each release's kernels.
+FIGURES = ByRelease(
+    {">=0.5.20": LOWERED, ">=0.5.15,<0.5.20": LOWERED_0_5_15, ">=0.5.9,<0.5.15": LOWERED_0_5_12}
+)
+
+
+def _figures(release: Version) -> dict[tuple[str, tuple[tuple[str, int], ...], int, int], int]:
+    figures = FIGURES.get(release)
+    assert figures is not None
+    return figures
+
+
 HEADS = [8, 16, 32]  # per attention rank: what the reduced shape fits (64 does not yet)
 
 
@@ -115,7 +168,7 @@ def matrix_symptom(release: Version, pristine: Mapping[str, bytes]) -> None:
     source = pristine[_path(str(release))]
     for capability in stand_ins.SM120:
         kernel, shape = build(source, capability, 32, 64)
-        assert LOWERED[kernel, shape, 32, 64] > SMEM_12
+        assert _figures(release)[kernel, shape, 32, 64] > SMEM_12
 
 
 def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
@@ -127,19 +180,33 @@ def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
             for capability in stand_ins.SM120:
                 kernel, shape = build(source, capability, heads, tail)
                 assert (kernel, shape) == (V1, SMALL)
-                assert LOWERED[kernel, shape, _padded(heads), tail] <= SMEM_12
+                assert _figures(release)[kernel, shape, _padded(heads), tail] <= SMEM_12
             for capability in stand_ins.OTHERS:
                 assert build(source, capability, heads, tail) == build(
                     pristine, capability, heads, tail
                 )
 
 
-@pytest.mark.parametrize("release", ["0.5.16", "0.5.20", "0.5.22", "0.5.23"])
+@pytest.mark.parametrize(
+    "release",
+    [
+        "0.5.9",
+        "0.5.10",
+        "0.5.12",
+        "0.5.13",
+        "0.5.14",
+        "0.5.15",
+        "0.5.16",
+        "0.5.20",
+        "0.5.22",
+        "0.5.23",
+    ],
+)
 def test_capability_12_builds_a_kernel_that_fits(release: str) -> None:
     matrix_effect(Version(release), {_path(release): _patched(release)})
 
 
-@pytest.mark.parametrize("release", ["0.5.16", "0.5.22"])
+@pytest.mark.parametrize("release", ["0.5.9", "0.5.12", "0.5.14", "0.5.15", "0.5.16", "0.5.22"])
 def test_unpatched_capability_12_asks_for_more_than_it_has(release: str) -> None:
     matrix_symptom(Version(release), {_path(release): wheels.member(release, _path(release))})
 
@@ -149,8 +216,11 @@ def test_sixty_four_heads_per_rank_still_do_not_fit() -> None:
     assert LOWERED[V1, SMALL, 64, 0] > SMEM_12 and LOWERED[V1, SMALL, 64, 64] > SMEM_12
 
 
-def test_the_shapes_lower_to_these_figures(tmp_path: Any) -> None:
+@pytest.mark.parametrize("lowering", LOWERINGS, ids=lambda lowering: lowering.release)
+def test_the_shapes_lower_to_these_figures(tmp_path: Any, lowering: Lowering) -> None:
     tilelang = pytest.importorskip("tilelang")  # with torch and nvidia-cuda-nvcc
+    if tilelang.__version__.split("+")[0] != lowering.tilelang:
+        pytest.skip(f"lowered by TileLang {lowering.tilelang}, not {tilelang.__version__}")
     import importlib.util
     import sys
     from unittest import mock
@@ -158,9 +228,10 @@ def test_the_shapes_lower_to_these_figures(tmp_path: Any) -> None:
     from tvm.target import Target
 
     path = tmp_path / "tilelang_kernel.py"
-    path.write_bytes(wheels.member("0.5.22", _path("0.5.22")))
+    path.write_bytes(wheels.member(lowering.release, _path(lowering.release)))
     helpers = {
         "sglang.kernels.ops.quantization.fp8_kernel": {"is_fp8_fnuz": lambda: False},
+        "sglang.srt.layers.quantization.fp8_kernel": {"is_fp8_fnuz": lambda: False},
         "sglang.srt.utils": {"is_hip": lambda: False, "is_gfx95_supported": lambda: False},
     }
     modules = {}
@@ -176,7 +247,7 @@ def test_the_shapes_lower_to_these_figures(tmp_path: Any) -> None:
     target = Target(
         {"kind": "cuda", "arch": "sm_120", "max_shared_memory_per_block": SMEM_12}, host="llvm"
     )
-    for (kernel, shape, heads, tail), expected in LOWERED.items():
+    for (kernel, shape, heads, tail), expected in lowering.figures.items():
         tir = getattr(kernels, kernel).get_tir(heads, 512, tail, 2048, **dict(shape))
         with target:
             lowered = tilelang.lower(tir, target=target)
