@@ -55,6 +55,21 @@ NOT_A_GAP = [
 ]
 
 
+# Gaps no source patch can close: the model itself requires what 12 cannot run (architecture,
+# kind, backend, releases, why).
+NEEDS_KERNEL = [
+    (
+        "IQuestQ1ForCausalLM",
+        "attention",
+        "fa3",
+        ">=0.5.21",
+        "needs a kernel: IQuestQ1 applies its attention sink from the softmax LSE and requires "
+        "FA3 for prefill and decode (its override in arg_groups/model_overrides/iquest_q1.py "
+        "raises for any other backend); FA3 has no capability-12 build",
+    ),
+]
+
+
 def _quiet() -> None:
     sglang = logging.getLogger("sglang")
     sglang.setLevel(logging.CRITICAL)
@@ -203,6 +218,11 @@ def verdict(cell: Cell, kind: str, field: str, value: str) -> str:
     for note_kind, note_value, spec, why in NOT_A_GAP:
         if (note_kind, note_value) == (kind, value) and Version(cell.release) in SpecifierSet(spec):
             return why
+    for arch, note_kind, note_value, spec, why in NEEDS_KERNEL:
+        if (arch, note_kind, note_value) == (cell.arch, kind, value) and Version(
+            cell.release
+        ) in SpecifierSet(spec):
+            return why
     quant = dict((label, (q, extra)) for label, q, extra in variants(cell.release, cell.arch))[
         cell.variant
     ]
@@ -218,7 +238,7 @@ def verdict(cell: Cell, kind: str, field: str, value: str) -> str:
                 and judge(kind, field, after, cell.capability, cell.release) is not False
             ):
                 return f"forward-fixed by {patch_id} (then {after})"
-    return "needs a kernel or wheel, or a forward fix (no catalogue patch changes this choice)"
+    return "open: no catalogue patch changes this choice yet (a forward fix to write)"
 
 
 @dataclass(frozen=True)
