@@ -9,9 +9,11 @@ def main() -> None:
     try:
         from sglpatch.cli import main as run
     except KeyboardInterrupt:  # Ctrl-C while the CLI itself is still importing
+        from sglpatch.errors import ExitCode, forget_interrupt  # no typer, no libcst: quick
+
         sys.stderr.write("sglpatch: error: interrupted\n")
-        eval("None")  # see cli._exit_interrupted: otherwise CPython ends the process by SIGINT
-        sys.exit(130)
+        forget_interrupt()
+        sys.exit(ExitCode.INTERRUPTED)
     run()
 
 

@@ -30,6 +30,15 @@ def forget_interrupt() -> None:
     eval("None")
 
 
+class StdoutUnwritable(OSError):
+    """Writing the command's output to stdout failed: a full disk, a failing or closed descriptor.
+
+    Not an SglpatchError, and no failure of the command: the CLI's handler exits quietly, 0 when
+    its change is on disk already, else 141 as for a reader that went away. The same errno from
+    any other write (the ledger's disk filling up) stays a plain OSError.
+    """
+
+
 class SglpatchError(Exception):
     """Base of every error sglpatch expects; `str()` is the one-line message."""
 

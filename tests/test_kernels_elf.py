@@ -256,3 +256,76 @@ def test_capability_text() -> None:
     assert parse_capability("12.1") == (12, 1)
     assert parse_capability("12") is None
     assert parse_capability("x.y") is None
+
+
+def test_a_section_far_in_a_2_gib_file_is_read_by_position(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sparse 2 GiB library whose fat binary's payloads are 600 MiB holes and whose section
+    table lies in its last page: the codes are found, without a memory map, and only the
+    headers are read (a few pages, not the gigabytes)."""
+    import mmap
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the reader mapped the file")
+
+    monkeypatch.setattr(mmap, "mmap", refused)
+    read: list[int] = []
+    pread = os.pread
+
+    def counted(fd: int, length: int, offset: int) -> bytes:
+        data = pread(fd, length, offset)
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr(os, "pread", counted)
+
+    hole = 600 << 20
+    first = entry(SASS, 120, LINUX_64 | fatbin.FLAG_ARCH_SPECIFIC)[:64]
+    second = entry(PTX, 120)[:64]
+    third = entry(SASS, 90)
+    # Entry headers claim `hole` bytes of payload each; the payloads are never written.
+    first = first[:8] + struct.pack("<Q", hole) + first[16:]
+    second = second[:8] + struct.pack("<Q", hole) + second[16:]
+    body = len(first) + hole + len(second) + hole + len(third)
+    head = struct.pack("<IHHQ", fatbin.FATBIN_MAGIC, 1, 16, body)
+    fat_at, size = 4096, 2 << 30
+    table_at = size - 4096
+    names = b"\0.nv_fatbin\0.shstrtab\0"
+    shoff = table_at + 64
+    table = b"\0" * 64
+    table += struct.pack("<IIQQQQIIQQ", 1, 1, 0, 0, fat_at, 16 + body, 0, 0, 1, 0)
+    table += struct.pack("<IIQQQQIIQQ", 12, 3, 0, 0, table_at, len(names), 0, 0, 1, 0)
+    ident = b"\x7fELF" + bytes([2, 1, 1, 0, 0]) + b"\0" * 7
+    header = ident + struct.pack(
+        "<HHIQQQIHHHHHH", 3, EM_X86_64, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 3, 2
+    )
+    path = tmp_path / "libhuge.so"
+    with path.open("wb") as handle:
+        handle.truncate(size)
+        for at, data in (
+            (0, header),
+            (fat_at, head + first),
+            (fat_at + 16 + len(first) + hole, second),
+            (fat_at + 16 + len(first) + hole + len(second) + hole, third),
+            (table_at, names.ljust(64, b"\0") + table),
+        ):
+            handle.seek(at)
+            handle.write(data)
+    assert path.stat().st_size == size
+
+    codes, compressed, section = fatbin.codes_in_library(path)
+    assert codes == Counter({Code("sass", 120, "a"): 1, Code("ptx", 120): 1, Code("sass", 90): 1})
+    assert (compressed, section) == (0, ".nv_fatbin")
+    assert sum(read) < 64 << 10, read
+
+
+def test_a_file_that_shrinks_while_read_is_a_bad_binary(tmp_path: Path) -> None:
+    path = library(tmp_path, container(entry(SASS, 120)))
+    with elf.opened(path) as data:
+        image = elf.parse(data)
+        section = image.section(".nv_fatbin")
+        assert section is not None
+        os.truncate(path, section.offset)
+        with pytest.raises(elf.BadBinary, match="shrank"):
+            fatbin.read_fatbin(elf.section_bytes(data, section))

@@ -9,12 +9,19 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import typer
 
 from sglpatch import __version__
-from sglpatch.errors import ExitCode, SglpatchError, UsageError, forget_interrupt, raised
+from sglpatch.errors import (
+    ExitCode,
+    SglpatchError,
+    StdoutUnwritable,
+    UsageError,
+    forget_interrupt,
+    raised,
+)
 
 F = TypeVar("F", bound=Callable[..., None])
 
@@ -29,6 +36,8 @@ def handled(command: F) -> F:
         if sys.stdout is None:  # started with stdout closed: what it would say goes nowhere
             sys.stdout = Path(os.devnull).open("w")  # noqa: SIM115 - lives as long as the process
         changed.clear()
+        guarded = _GuardedOutput(sys.stdout)
+        sys.stdout = guarded
         try:
             _refuse_undecodable(command, kwargs)
             command(*args, **kwargs)
@@ -50,13 +59,16 @@ def handled(command: F) -> F:
                 # `sglpatch ... | head`: the reader left; say nothing more
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
                 raise typer.Exit(ExitCode.OK if changed else ExitCode.BROKEN_PIPE) from None
-            if _unwritable_stdout(error):  # full or failing: what was done is done
+            if isinstance(error, StdoutUnwritable):  # full or failing: what was done is done
                 raise typer.Exit(ExitCode.OK if changed else ExitCode.BROKEN_PIPE) from None
             # a bug in sglpatch (a BrokenPipeError from a pipe to git, too): keep the details,
             # show one line
             log = write_crash_log(ledger)
             say_error(f"internal error: {raised(error)} (details in {log})")
             raise typer.Exit(ExitCode.BUG) from None
+        finally:
+            if sys.stdout is guarded:
+                sys.stdout = guarded.stream
 
     return wrapper  # type: ignore[return-value]
 
@@ -143,17 +155,41 @@ def _flag(command: Callable[..., None], name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _unwritable_stdout(error: BaseException) -> bool:
-    """An OSError raised by echo writing to stdout (a full disk, a closed descriptor)."""
-    if not isinstance(error, OSError) or error.errno not in _OUTPUT_ERRNOS:
-        return False
-    frame = error.__traceback__
-    while frame is not None:
-        code = frame.tb_frame.f_code
-        if code.co_name == "echo" and "click" in code.co_filename:
-            return frame.tb_frame.f_locals.get("err") is not True
-        frame = frame.tb_next
-    return False
+class _GuardedOutput:
+    """sys.stdout while a command runs.
+
+    A write or flush failing with the errno of an output that takes no more (a full disk, a
+    failing or closed descriptor) raises StdoutUnwritable, which the handler tells from the same
+    errno out of any other write (the ledger's). The rest is the stream's own; its binary
+    `buffer` (where click writes bytes, and text when the stream's encoding is ASCII) is guarded
+    too.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, data: Any) -> Any:
+        return _typed(self.stream.write, data)
+
+    def flush(self) -> None:
+        _typed(self.stream.flush)
+
+    @property
+    def buffer(self) -> _GuardedOutput:
+        return _GuardedOutput(self.stream.buffer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def _typed(method: Callable[..., Any], *args: Any) -> Any:
+    """`method(*args)`, with an OSError of an output that takes no more as StdoutUnwritable."""
+    try:
+        return method(*args)
+    except OSError as error:
+        if error.errno in _OUTPUT_ERRNOS:
+            raise StdoutUnwritable(error.errno, error.strerror) from error
+        raise
 
 
 _OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EBADF)

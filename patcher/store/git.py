@@ -177,14 +177,7 @@ class Repository:
             *(self.directory / "files" / confined(relative) for relative in files),
             self.directory / "state.json",
         ]
-        try:
-            repo = self._repo(create=True)
-            if not repo.head.is_valid():
-                self._check_unborn()  # a damaged HEAD must not be written over with a new root
-            before = {path: _read_or_none(path) for path in paths}
-        except (git.exc.GitError, OSError, ValueError, AssertionError) as error:
-            # gitpython asserts on some damage (an empty branch ref)
-            raise LedgerError(f"cannot record the change ({error})", str(self.directory)) from None
+        repo, before = self._open_for_commit(git, paths)
         tree = None
         try:
             for data, path in zip(files.values(), paths[:-1], strict=True):
@@ -192,22 +185,7 @@ class Repository:
             write_atomic(paths[-1], state.to_json())
             repo.index.add([str(path.relative_to(self.directory)) for path in paths])
             tree = repo.index.write_tree()
-            parents = []
-            commit_sha = None
-            if repo.head.is_valid():
-                head = repo.head.commit
-                self._check_objects(head)
-                if head.tree.binsha == tree.binsha:
-                    commit_sha = str(head.hexsha)
-                else:
-                    parents.append(head)
-            if commit_sha is None:
-                fault_point("ledger-commit", self.directory)
-                actor = git.Actor(*AUTHOR)
-                commit = git.Commit.create_from_tree(
-                    repo, tree, message, parents, head=True, author=actor, committer=actor
-                )
-                commit_sha = str(commit.hexsha)
+            commit_sha = self._commit_tree(git, repo, tree, message)
         except Exception as error:
             landed = self._head_sha_if_tree(repo, tree)
             if landed is not None:  # HEAD moved before the error (a reflog write): it stands
@@ -225,6 +203,33 @@ class Repository:
             raise
         self._mark_committed(state.to_json())
         return commit_sha
+
+    def _open_for_commit(self, git: Any, paths: list[Path]) -> tuple[Any, dict[Path, bytes | None]]:
+        """The repository (made if need be) and the bytes `paths` hold now, to roll back to."""
+        try:
+            repo = self._repo(create=True)
+            if not repo.head.is_valid():
+                self._check_unborn()  # a damaged HEAD must not be written over with a new root
+            return repo, {path: _read_or_none(path) for path in paths}
+        except (git.exc.GitError, OSError, ValueError, AssertionError) as error:
+            # gitpython asserts on some damage (an empty branch ref)
+            raise LedgerError(f"cannot record the change ({error})", str(self.directory)) from None
+
+    def _commit_tree(self, git: Any, repo: Any, tree: Any, message: str) -> str:
+        """A commit of `tree` on HEAD; HEAD itself when it already holds `tree` (a replay)."""
+        parents = []
+        if repo.head.is_valid():
+            head = repo.head.commit
+            self._check_objects(head)
+            if head.tree.binsha == tree.binsha:
+                return str(head.hexsha)
+            parents.append(head)
+        fault_point("ledger-commit", self.directory)
+        actor = git.Actor(*AUTHOR)
+        commit = git.Commit.create_from_tree(
+            repo, tree, message, parents, head=True, author=actor, committer=actor
+        )
+        return str(commit.hexsha)
 
     @staticmethod
     def _head_sha_if_tree(repo: Any, tree: Any) -> str | None:

@@ -1,14 +1,14 @@
-"""Just enough ELF to find the sections that hold GPU code, read through a memory map.
+"""Just enough ELF to find the sections that hold GPU code, read by position (`os.pread`).
 
 A kernel library is hundreds of megabytes (sgl-kernel's `common_ops` is ~370 MB); only the
-ELF header, the section table and the section-name table are read here, so the cost is a few
-pages whatever the size. Layout: the System V gABI, "ELF-64 Object File Format" (64-bit,
-little-endian only: every CUDA host library on x86-64 and aarch64 Linux, and every cubin).
+ELF header, the section table, the section names and what the caller then asks of a section
+are read, a page or so at a time, so the cost is a few pages whatever the size. Layout: the
+System V gABI, "ELF-64 Object File Format" (64-bit, little-endian only: every CUDA host library
+on x86-64 and aarch64 Linux, and every cubin).
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 import struct
@@ -27,6 +27,9 @@ _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")  # Elf64_Ehdr, 64 bytes
 _SHDR = struct.Struct("<IIQQQQIIQQ")  # Elf64_Shdr, 64 bytes
 # A real library has a few dozen sections; a table claiming more is damage, not a library.
 _MAX_SECTIONS = 65_535
+# What one read fetches at least: later small reads next to it (the next entry header, the next
+# section name) are served from it.
+_BLOCK = 4096
 
 
 class BadBinary(ValueError):
@@ -53,9 +56,63 @@ class ElfImage(NamedTuple):
         return next((s for s in self.sections if s.name == name), None)
 
 
+class Span:
+    """`size` bytes of an open file from byte `start`, read by position when asked.
+
+    Nothing is read until asked for, and a read fetches at least a block, which the next small
+    reads near it are served from; a section of hundreds of megabytes costs only what is looked
+    at. Reads stop at the end of the span, as a slice does.
+    """
+
+    def __init__(self, fd: int, start: int, size: int) -> None:
+        self.fd = fd
+        self.start = start
+        self.size = size
+        self._block_at = 0
+        self._block = b""
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self, offset: int, length: int) -> bytes:
+        """The bytes at `offset`..`offset + length`, fewer only where the span ends."""
+        length = max(0, min(length, self.size - offset))
+        if length == 0:
+            return b""
+        inside = offset - self._block_at
+        if inside >= 0 and inside + length <= len(self._block):
+            return self._block[inside : inside + length]
+        wanted = min(max(length, _BLOCK), self.size - offset)
+        block = _pread(self.fd, wanted, self.start + offset)
+        if len(block) < length:
+            raise BadBinary("truncated ELF: the file shrank while it was read")
+        self._block_at, self._block = offset, block
+        return block[:length]
+
+    def span(self, offset: int, size: int) -> Span:
+        """The `size` bytes at `offset` of this span, as a span of the same file."""
+        return Span(self.fd, self.start + offset, size)
+
+
+def _pread(fd: int, length: int, offset: int) -> bytes:
+    """Up to `length` bytes at `offset`: all of them unless the file ends first."""
+    parts = []
+    try:
+        while length > 0:
+            part = os.pread(fd, length, offset)
+            if not part:
+                break
+            parts.append(part)
+            length -= len(part)
+            offset += len(part)
+    except OSError as exc:
+        raise BadBinary(f"cannot read: {exc.strerror or exc}") from None
+    return b"".join(parts)
+
+
 @contextmanager
-def mapped(path: Path) -> Iterator[memoryview]:
-    """The file's bytes, memory-mapped read-only; a file that is not regular is refused first.
+def opened(path: Path) -> Iterator[Span]:
+    """The whole file as a span, for `parse`; a file that is not regular is refused first.
 
     Opening with O_NONBLOCK and checking the type on the open descriptor keeps a FIFO planted
     where a `.so` should be from hanging the reader.
@@ -68,36 +125,20 @@ def mapped(path: Path) -> Iterator[memoryview]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise BadBinary("not a regular file")
-        if st.st_size == 0:
-            yield memoryview(b"")
-            return
-        try:
-            mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError) as exc:
-            raise BadBinary(f"cannot map: {exc}") from None
-        view = memoryview(mm)
-        try:
-            yield view
-        finally:
-            # Slices of the view may outlive it in an exception's frames; then the map is
-            # closed when they are collected instead of now.
-            try:
-                view.release()
-                mm.close()
-            except BufferError:
-                pass
+        yield Span(fd, 0, st.st_size)
     finally:
         os.close(fd)
 
 
-def parse(data: memoryview | bytes) -> ElfImage:
-    """The header and section table of an ELF image held in `data`; BadBinary if damaged."""
-    if len(data) < _EHDR.size:
+def parse(data: Span) -> ElfImage:
+    """The header and section table of the ELF image `data` holds; BadBinary if damaged."""
+    header = data.read(0, _EHDR.size)
+    if len(header) < _EHDR.size:
         raise BadBinary(f"truncated ELF: {len(data)} bytes, the header alone is {_EHDR.size}")
     ident, _type, machine, _ver, _entry, _phoff, shoff, flags, _ehsize, _phes, _phnum = (
-        _EHDR.unpack_from(data, 0)[:11]
+        _EHDR.unpack(header)[:11]
     )
-    shentsize, shnum, shstrndx = _EHDR.unpack_from(data, 0)[11:]
+    shentsize, shnum, shstrndx = _EHDR.unpack(header)[11:]
     if ident[:4] != ELF_MAGIC:
         raise BadBinary("not an ELF file")
     if ident[4] != ELFCLASS64 or ident[5] != ELFDATA2LSB:
@@ -111,28 +152,42 @@ def parse(data: memoryview | bytes) -> ElfImage:
             f"truncated ELF: the section table ends at byte {shoff + shnum * _SHDR.size}, "
             f"the file has {len(data)}"
         )
-    raw = [_SHDR.unpack_from(data, shoff + i * _SHDR.size) for i in range(shnum)]
+    table = data.read(shoff, shnum * _SHDR.size)
+    raw = [_SHDR.unpack_from(table, i * _SHDR.size) for i in range(shnum)]
     if shstrndx >= shnum:
         raise BadBinary("damaged section table (no section-name table)")
     names_at, names_size = raw[shstrndx][4], raw[shstrndx][5]
     if names_at + names_size > len(data):
         raise BadBinary("truncated ELF: the section-name table lies past the end of the file")
-    names = bytes(data[names_at : names_at + names_size])
-    sections = []
-    for name_off, sh_type, _fl, _addr, offset, size, *_ in raw:
-        end = names.find(b"\0", name_off)
-        name = names[name_off : end if end >= 0 else None].decode("latin-1")
-        sections.append(Section(name, sh_type, offset, size))
+    names = data.span(names_at, names_size)
+    sections = [
+        Section(_name(names, name_off), sh_type, offset, size)
+        for name_off, sh_type, _fl, _addr, offset, size, *_ in raw
+    ]
     return ElfImage(machine, ident[7], ident[8], flags, tuple(sections))
 
 
-def section_bytes(data: memoryview, section: Section) -> memoryview:
-    """A section's contents (a view, nothing copied); BadBinary when it runs past the file."""
+def _name(names: Span, offset: int) -> str:
+    """The name at `offset` of the section-name table: to its NUL, or to the table's end."""
+    parts = []
+    while offset < len(names):
+        chunk = names.read(offset, 256)
+        end = chunk.find(b"\0")
+        if end >= 0:
+            parts.append(chunk[:end])
+            break
+        parts.append(chunk)
+        offset += len(chunk)
+    return b"".join(parts).decode("latin-1")
+
+
+def section_bytes(data: Span, section: Section) -> Span:
+    """A section's contents (a span, nothing read yet); BadBinary when it runs past the file."""
     if section.type == SHT_NOBITS:
-        return data[0:0]
+        return data.span(0, 0)
     if section.offset + section.size > len(data):
         raise BadBinary(
             f"truncated ELF: section {section.name} ends at byte {section.offset + section.size}, "
             f"the file has {len(data)}"
         )
-    return data[section.offset : section.offset + section.size]
+    return data.span(section.offset, section.size)

@@ -48,6 +48,7 @@ _SEARCH_CHUNK = 1 << 20
 _EF_ACCEL_V1 = 0x800
 _EF_ACCEL_V2 = 0x8
 _COMPAT_ARCH_SPECIFIC = 9
+_RECORD = struct.Struct("<BBH")  # one record of `.nv.compat`: format, attribute, value
 
 
 def codes_in_library(path: Path) -> tuple[Counter[Code], int, str]:
@@ -56,7 +57,7 @@ def codes_in_library(path: Path) -> tuple[Counter[Code], int, str]:
     The section is "" when the library holds no fat binary (CPU code only).
     Raises elf.BadBinary for a damaged file.
     """
-    with elf.mapped(path) as data:
+    with elf.opened(path) as data:
         image = elf.parse(data)
         for name in FATBIN_SECTIONS:
             section = image.section(name)
@@ -66,15 +67,15 @@ def codes_in_library(path: Path) -> tuple[Counter[Code], int, str]:
         return Counter(), 0, ""
 
 
-def read_fatbin(data: memoryview | bytes) -> tuple[Counter[Code], int]:
+def read_fatbin(view: elf.Span) -> tuple[Counter[Code], int]:
     """Every code target in the fat binary containers of one section, and how many entries
-    are compressed. Raises elf.BadBinary when a size points past the section."""
-    view = memoryview(data) if isinstance(data, bytes) else data
+    are compressed. Only the headers are read, never a payload. Raises elf.BadBinary when a
+    size points past the section."""
     codes: Counter[Code] = Counter()
     compressed = 0
     pos = _next_container(view, 0)
     while pos is not None:
-        _magic, _version, header_size, fat_size = _CONTAINER.unpack_from(view, pos)
+        _magic, _version, header_size, fat_size = _CONTAINER.unpack(view.read(pos, _CONTAINER.size))
         end = pos + header_size + fat_size
         if header_size < _CONTAINER.size or end > len(view):
             raise elf.BadBinary(
@@ -83,8 +84,8 @@ def read_fatbin(data: memoryview | bytes) -> tuple[Counter[Code], int]:
             )
         entry = pos + header_size
         while entry + _ENTRY_MIN <= end:
-            kind, _v, entry_size, payload, *_, arch, _n_off, _n_len, flags = _ENTRY.unpack_from(
-                view, entry
+            kind, _v, entry_size, payload, *_, arch, _n_off, _n_len, flags = _ENTRY.unpack(
+                view.read(entry, _ENTRY.size)
             )
             if entry_size < _ENTRY_MIN or entry + entry_size + payload > end:
                 raise elf.BadBinary(f"damaged fat binary entry at section offset {entry}")
@@ -101,14 +102,14 @@ def _code(kind: int, arch: int, flags: int) -> Code:
     return Code("ptx" if kind == KIND_PTX else "sass", arch, variant)
 
 
-def _next_container(view: memoryview, start: int) -> int | None:
+def _next_container(view: elf.Span, start: int) -> int | None:
     magic = struct.pack("<I", FATBIN_MAGIC)
     probe = start
     while probe + _CONTAINER.size <= len(view):
-        if view[probe : probe + 4] == magic:
+        if view.read(probe, 4) == magic:
             return probe
         if probe - start >= 64:  # not plain padding: search the rest in chunks
-            chunk = bytes(view[probe : probe + _SEARCH_CHUNK + 3])
+            chunk = view.read(probe, _SEARCH_CHUNK + 3)
             found = chunk.find(magic)
             if found < 0:
                 if probe + _SEARCH_CHUNK >= len(view):
@@ -123,7 +124,7 @@ def _next_container(view: memoryview, start: int) -> int | None:
 
 def cubin_code(path: Path) -> Code:
     """The architecture of a standalone cubin (an ELF with e_machine EM_CUDA)."""
-    with elf.mapped(path) as data:
+    with elf.opened(path) as data:
         image = elf.parse(data)
         if image.machine != elf.EM_CUDA:
             raise elf.BadBinary(f"not a cubin (e_machine {image.machine})")
@@ -139,23 +140,23 @@ def cubin_code(path: Path) -> Code:
         if not accel and tkinfo is not None and tkinfo.size < 4096:
             # `f` changes nothing in the cubin itself (nvcc manual: sm_100f and sm_100 SASS
             # are the same); ptxas's recorded command line is the only trace of it.
-            text = bytes(elf.section_bytes(data, tkinfo))
+            text = elf.section_bytes(data, tkinfo).read(0, tkinfo.size)
             if f"sm_{sm}f".encode() in text:
                 variant = "f"
         return Code("sass", sm, variant)
 
 
-def _compat_attr(data: memoryview, wanted: int) -> int | None:
+def _compat_attr(data: elf.Span, wanted: int) -> int | None:
     """One attribute of `.nv.compat`: 4-byte records (format, attribute, value), format 4
     carrying a u16 length and that many bytes (the EIFMT_* layout of `.nv.info`)."""
     pos = 0
     while pos + 4 <= len(data):
-        fmt, attr = data[pos], data[pos + 1]
+        record: tuple[int, int, int] = _RECORD.unpack(data.read(pos, _RECORD.size))
+        fmt, attr, value = record
         if fmt == 4:
-            (size,) = struct.unpack_from("<H", data, pos + 2)
-            pos += 4 + size
+            pos += 4 + value
             continue
         if attr == wanted:
-            return data[pos + 2] if fmt == 2 else struct.unpack_from("<H", data, pos + 2)[0]
+            return value & 0xFF if fmt == 2 else value
         pos += 4
     return None
