@@ -91,14 +91,19 @@ def _trtllm_branch(module: cst.Module) -> cst.If:
     return found[0]
 
 
-class _Rename(cst.CSTTransformer):
-    """`is_blackwell()` -> `is_sm100_supported()` in the branch's test."""
+def _renamed(module: cst.Module, test: cst.BaseExpression) -> cst.Module:
+    """`module` with each `is_blackwell()` in `test` called `is_sm100_supported()`.
 
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
-        func = updated_node.func
-        if isinstance(func, cst.Name) and func.value == BLACKWELL and not updated_node.args:
-            return updated_node.with_changes(func=func.with_changes(value=SM100))
-        return updated_node
+    Plain edits, not a `CSTTransformer` subclass: defining one at import would load libcst in
+    `status` and `list`, which read the catalogue without it.
+    """
+    for call in list(cst_tools.walk(test, cst.Call)):
+        func = call.func
+        if isinstance(func, cst.Name) and func.value == BLACKWELL and not call.args:
+            module = cst_tools.replace(
+                module, call, call.with_changes(func=func.with_changes(value=SM100))
+            )
+    return module
 
 
 class Sm120DefaultMhaTrtllmGate(Patch):
@@ -123,10 +128,7 @@ class Sm120DefaultMhaTrtllmGate(Patch):
             raise AnchorMissing(f"the {BACKEND} branch is not gated on {BLACKWELL}()")
         if SM100 not in _imported(module):
             raise AnchorMissing(f"the module does not import {SM100}")
-        test = branch.test.visit(_Rename())
-        if not isinstance(test, cst.BaseExpression):
-            raise AnchorMissing(f"the {BACKEND} branch's test did not rebuild")
-        return cst_tools.replace_statement(module, branch, branch.with_changes(test=test))
+        return _renamed(module, branch.test)
 
     def postcondition(self, module: cst.Module, release: Version) -> None:
         gates = _gates(_trtllm_branch(module))
