@@ -21,6 +21,48 @@ if TYPE_CHECKING:  # doctor's scanners load only when doctor runs
     from sglpatch.doctor.verdict import Blocker, Diagnosis, Suspect
 
 
+# typer needs Optional[...] at run time on Python 3.10 for these annotations.
+ModelOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--model",
+        "-m",
+        help="The model to run with EAGLE-3: its architecture from config.json "
+        "(KimiK25ForConditionalGeneration), its models module (kimi_k25), or its Hugging "
+        "Face id (moonshotai/Kimi-K2.5), read in the local Hugging Face cache "
+        "($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub); nothing is downloaded.",
+        show_default=False,
+    ),
+]
+ModelPathOption = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(
+        "--model-path",
+        help="A checkpoint folder whose config.json names the architecture, or, when no "
+        "such folder exists, a Hugging Face id (ORG/NAME) read in the local cache.",
+        show_default=False,
+    ),
+]
+StrictOption = Annotated[bool, typer.Option("--strict", help="Count every suspect as a blocker.")]
+VerboseOption = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="List every suspect, refusal, installed kernel and patch about other models.",
+    ),
+]
+CapabilityOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--capability",
+        help="Judge one capability-12 part: 12.0 (RTX PRO 6000, RTX 5090) or 12.1 (GB10, "
+        "DGX Spark). Default: both, side by side where they differ.",
+        show_default=False,
+    ),
+]
+
+
 @app.command(
     epilog=examples(
         "sglpatch doctor --model moonshotai/Kimi-K2.5",
@@ -30,47 +72,11 @@ if TYPE_CHECKING:  # doctor's scanners load only when doctor runs
 @handled
 def doctor(
     target: TargetOption = None,
-    model: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--model",
-            "-m",
-            help="The model to run with EAGLE-3: its architecture from config.json "
-            "(KimiK25ForConditionalGeneration), its models module (kimi_k25), or its Hugging "
-            "Face id (moonshotai/Kimi-K2.5), read in the local Hugging Face cache "
-            "($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub); nothing is downloaded.",
-            show_default=False,
-        ),
-    ] = None,
-    model_path: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(
-            "--model-path",
-            help="A checkpoint folder whose config.json names the architecture, or, when no "
-            "such folder exists, a Hugging Face id (ORG/NAME) read in the local cache.",
-            show_default=False,
-        ),
-    ] = None,
-    strict: Annotated[
-        bool, typer.Option("--strict", help="Count every suspect as a blocker.")
-    ] = False,
-    verbose: Annotated[
-        bool,
-        typer.Option(
-            "--verbose",
-            "-v",
-            help="List every suspect, refusal, installed kernel and patch about other models.",
-        ),
-    ] = False,
-    capability: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--capability",
-            help="Judge one capability-12 part: 12.0 (RTX PRO 6000, RTX 5090) or 12.1 (GB10, "
-            "DGX Spark). Default: both, side by side where they differ.",
-            show_default=False,
-        ),
-    ] = None,
+    model: ModelOption = None,
+    model_path: ModelPathOption = None,
+    strict: StrictOption = False,
+    verbose: VerboseOption = False,
+    capability: CapabilityOption = None,
     version: VersionOption = None,
     catalog: CatalogOption = None,
     json_out: JsonOption = False,

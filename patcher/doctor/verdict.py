@@ -26,108 +26,16 @@ from typing import NamedTuple
 from packaging.version import Version
 
 from sglpatch.doctor import census, coverage, devices, eagle3, judged, pool, scanner
+from sglpatch.doctor.diagnosis import Blocker as Blocker
+from sglpatch.doctor.diagnosis import Diagnosis as Diagnosis
+from sglpatch.doctor.diagnosis import ModelReport as ModelReport
+from sglpatch.doctor.diagnosis import Suspect as Suspect
 from sglpatch.doctor.findings import Finding
 from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, read_file
 from sglpatch.patch import Effect, Patch
 from sglpatch.results import Failed
 
 Progress = Callable[[str], None]
-
-
-class Blocker(NamedTuple):
-    what: str  # one line: what breaks
-    source: str  # the catalogue patch that knows it, the model, or the suspect's place
-    fixed_by: str | None  # the patch `sglpatch apply` runs to fix it
-    note: str = ""  # why apply cannot fix it, when it cannot
-    when: str = ""  # the condition it breaks under: "with --enable-torch-symm-mem", "if ..."
-
-
-class ModelReport(NamedTuple):
-    name: str
-    module: str  # sglang/srt/models/x.py, where the class is defined
-    missing: tuple[str, ...]
-    fixed_by: str | None
-
-
-class Suspect(NamedTuple):
-    finding: Finding
-    covered_by: str | None
-    # By the kernel-support table (`judged`): fails, loses, not judged or harmless, and each
-    # capability asked's judgement.
-    verdict: str = judged.FAILS
-    judgements: tuple[judged.Judgement, ...] = ()
-
-    @property
-    def opt_in(self) -> str:
-        """The user's flag that leads to every listed judgement, or "" (by default)."""
-        listed = [j for j in self.judgements if j.verdict == self.verdict]
-        return listed[0].opt_in if listed and all(j.opt_in for j in listed) else ""
-
-    @property
-    def differs(self) -> bool:
-        """12.0 and 12.1 are judged apart here."""
-        return len({(j.verdict, j.what.replace(j.capability, "12")) for j in self.judgements}) > 1
-
-
-class Diagnosis(NamedTuple):
-    release: Version | None
-    model: ModelReport | None  # the one --model chose
-    blockers: tuple[Blocker, ...]
-    suspects: tuple[Suspect, ...]
-    refusals: tuple[Finding, ...]  # code that refuses capability 12 with an error, by design
-    required: dict[str, tuple[str, ...]]  # EAGLE-3 method -> where the target's code calls it
-    models: tuple[ModelReport, ...]  # generation models (all, or those --model chose)
-    excluded: dict[str, str]  # registered classes that are no EAGLE-3 target -> why
-    strict: bool
-    asked: str | None = None  # what --model named
-    not_judged: tuple[tuple[str, str], ...] = ()  # (sglang/..., why) of files not read or parsed
-    opt_in: tuple[Blocker, ...] = ()  # with --model: pending patches reached only with a flag
-    tables: tuple[Blocker, ...] = ()  # pending patches that only complete a table here
-    elsewhere: tuple[str, ...] = ()  # with --model: pending patches about other models (ids)
-    quantization: str | None = None  # the checkpoint's, when it is known
-    # Suspects the table does not judge (what 12 gets there is unknown to it), and how many
-    # decisions give 12 something that runs (counted, not listed).
-    unjudged: tuple[Suspect, ...] = ()
-    harmless: int = 0
-    capabilities: tuple[str, ...] = judged.CAPABILITIES
-
-    @property
-    def ready(self) -> bool:
-        return not self.blockers and not self.not_judged
-
-    @property
-    def lacking(self) -> list[ModelReport]:
-        return [m for m in self.models if m.missing]
-
-    @property
-    def verdict(self) -> str:
-        subject = "capability 12"
-        if self.model is not None or self.asked:
-            subject += f" + EAGLE-3 on {self.model.name if self.model else self.asked}"
-        where = f"SGLang {self.release}" if self.release else "SGLang, release unknown"
-        unjudged = len(self.not_judged)
-        files = "1 file" if unjudged == 1 else f"{unjudged} files"
-        if self.ready:
-            answer = "ready"
-        elif not self.blockers:
-            answer = f"cannot tell: {files} could not be read or parsed (not judged)"
-        else:
-            count = len(self.blockers)
-            fixable = sum(1 for b in self.blockers if b.fixed_by)
-            noun = "blocker" if count == 1 else "blockers"
-            if fixable == count:
-                answer = (
-                    f"{count} {noun}, {'both' if count == 2 else 'all'} fixed by `sglpatch apply`"
-                )
-                if count == 1:
-                    answer = f"1 {noun}, fixed by `sglpatch apply`"
-            elif fixable:
-                answer = f"{count} {noun}, {fixable} fixed by `sglpatch apply`"
-            else:
-                answer = f"{count} {noun}, none fixed by `sglpatch apply`"
-            if unjudged:
-                answer += f"; {files} not judged"
-        return f"{subject} ({where}): {answer}"
 
 
 def diagnose(
@@ -145,6 +53,69 @@ def diagnose(
     source = Source(package_dir)
     paths, names = _models_asked(source, model)
     helpers = devices.helpers_of(source)
+    read = _read(source, package_dir, release, patches, paths, names, helpers, say)
+    work = coverage.pending(read.checks)
+
+    covered = coverage.covered_by(
+        read.findings, work, _rescanner(source, helpers), lambda shown: _current(package_dir, shown)
+    )
+    reports = tuple(
+        _model_report(source, read.models, r, read.required, work)
+        for r in read.registered
+        if not r.excluded
+    )
+    chosen = reports[0] if model is not None and len(reports) == 1 else None
+
+    every = _judged(read.findings, covered, release, capabilities)
+    suspects = tuple(s for s in every if s.verdict in judged.LISTED)
+    asked = _asked(package_dir, paths, read, quantization) if model is not None else None
+    found = _sort(work, chosen, asked, release)
+    blockers = found.blockers + _missing_methods(reports, model)
+    if strict:
+        blockers += [_as_blocker(s) for s in suspects]
+    return Diagnosis(
+        release,
+        chosen,
+        tuple(blockers),
+        suspects,
+        tuple(f for f in read.findings if f.kind == "refusal"),
+        read.required,
+        reports,
+        {r.name: r.excluded for r in read.registered if r.excluded},
+        strict,
+        model,
+        tuple(sorted(source.not_judged.items())),
+        tuple(found.opt_in),
+        tuple(found.tables),
+        tuple(found.elsewhere),
+        quantization if model is not None else None,
+        tuple(s for s in every if s.verdict == judged.NOT_JUDGED),
+        sum(1 for s in every if s.verdict == judged.HARMLESS),
+        tuple(capabilities),
+    )
+
+
+class _Read(NamedTuple):
+    """What doctor reads of the tree before it judges anything."""
+
+    findings: list[Finding]  # the scanner's, in the tree's order
+    checks: list[coverage.PatchCheck]  # the catalogue run in memory (none: release unknown)
+    required: dict[str, tuple[str, ...]]  # EAGLE-3 method -> where the target's code calls it
+    models: census.Models
+    registered: list[census.Registered]  # the classes --model chose, or all
+
+
+def _read(
+    source: Source,
+    package_dir: Path,
+    release: Version | None,
+    patches: Sequence[Patch],
+    paths: Sequence[Path],
+    names: set[str] | None,
+    helpers: dict[str, frozenset[int]],
+    say: Progress,
+) -> _Read:
+    """The scan and the catalogue run in workers while this process reads the models."""
     say("scanning capability gates")
     with pool.Pool() as workers:  # on an error, the workers are stopped, their work dropped
         scan = scanner.Scan(source, helpers, workers)  # git grep runs while the tree is listed
@@ -159,59 +130,34 @@ def diagnose(
         registered = [
             r for r in census.registered(source, models, paths) if not names or r.name in names
         ]
-        excluded = {r.name: r.excluded for r in registered if r.excluded}
         say("running the catalogue in memory")
         findings = scan.result()
         checks = _ours(run.result(), patches) if run is not None else []
-    work = coverage.pending(checks)
+    return _Read(findings, checks, required, models, registered)
 
-    covered = coverage.covered_by(
-        findings, work, _rescanner(source, helpers), lambda shown: _current(package_dir, shown)
-    )
-    reports = tuple(
-        _model_report(source, models, r, required, work) for r in registered if not r.excluded
-    )
-    chosen = reports[0] if model is not None and len(reports) == 1 else None
 
+def _judged(
+    findings: Sequence[Finding],
+    covered: dict[Finding, str],
+    release: Version | None,
+    capabilities: Sequence[str],
+) -> list[Suspect]:
+    """Every finding but a refusal, judged by the kernel-support table."""
     shown_release = str(release) if release is not None else None
-    every = [
+    return [
         _suspect(f, covered.get(f), shown_release, capabilities)
         for f in findings
         if f.kind != "refusal"
     ]
-    suspects = tuple(s for s in every if s.verdict in judged.LISTED)
-    unjudged = tuple(s for s in every if s.verdict == judged.NOT_JUDGED)
-    modules = {f"sglang/{p.relative_to(package_dir).as_posix()}" for p in paths}
-    asked = None
-    if model is not None:
-        asked = _Asked(
-            {r.name for r in registered}, _modules_of(models, registered), modules, quantization
-        )
-    found = _sort(work, chosen, asked, release)
-    blockers = found.blockers + _missing_methods(reports, model)
-    if strict:
-        blockers += [_as_blocker(s) for s in suspects]
-    refusals = tuple(f for f in findings if f.kind == "refusal")
-    return Diagnosis(
-        release,
-        chosen,
-        tuple(blockers),
-        suspects,
-        refusals,
-        required,
-        reports,
-        excluded,
-        strict,
-        model,
-        tuple(sorted(source.not_judged.items())),
-        tuple(found.opt_in),
-        tuple(found.tables),
-        tuple(found.elsewhere),
-        quantization if model is not None else None,
-        unjudged,
-        sum(1 for s in every if s.verdict == judged.HARMLESS),
-        tuple(capabilities),
-    )
+
+
+def _asked(
+    package_dir: Path, paths: Sequence[Path], read: _Read, quantization: str | None
+) -> _Asked:
+    """The model --model chose, as the pending patches are sorted by it."""
+    files = {f"sglang/{p.relative_to(package_dir).as_posix()}" for p in paths}
+    names = {r.name for r in read.registered}
+    return _Asked(names, _modules_of(read.models, read.registered), files, quantization)
 
 
 def _suspect(

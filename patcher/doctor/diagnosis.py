@@ -1,0 +1,108 @@
+"""doctor's report as values: the blockers, the suspects, the models and the one-line answer
+(`Diagnosis.verdict`). `verdict.diagnose` computes it; its docstring says what each part means.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from packaging.version import Version
+
+from sglpatch.doctor import judged
+from sglpatch.doctor.findings import Finding
+
+
+class Blocker(NamedTuple):
+    what: str  # one line: what breaks
+    source: str  # the catalogue patch that knows it, the model, or the suspect's place
+    fixed_by: str | None  # the patch `sglpatch apply` runs to fix it
+    note: str = ""  # why apply cannot fix it, when it cannot
+    when: str = ""  # the condition it breaks under: "with --enable-torch-symm-mem", "if ..."
+
+
+class ModelReport(NamedTuple):
+    name: str
+    module: str  # sglang/srt/models/x.py, where the class is defined
+    missing: tuple[str, ...]
+    fixed_by: str | None
+
+
+class Suspect(NamedTuple):
+    finding: Finding
+    covered_by: str | None
+    # By the kernel-support table (`judged`): fails, loses, not judged or harmless, and each
+    # capability asked's judgement.
+    verdict: str = judged.FAILS
+    judgements: tuple[judged.Judgement, ...] = ()
+
+    @property
+    def opt_in(self) -> str:
+        """The user's flag that leads to every listed judgement, or "" (by default)."""
+        listed = [j for j in self.judgements if j.verdict == self.verdict]
+        return listed[0].opt_in if listed and all(j.opt_in for j in listed) else ""
+
+    @property
+    def differs(self) -> bool:
+        """12.0 and 12.1 are judged apart here."""
+        return len({(j.verdict, j.what.replace(j.capability, "12")) for j in self.judgements}) > 1
+
+
+class Diagnosis(NamedTuple):
+    release: Version | None
+    model: ModelReport | None  # the one --model chose
+    blockers: tuple[Blocker, ...]
+    suspects: tuple[Suspect, ...]
+    refusals: tuple[Finding, ...]  # code that refuses capability 12 with an error, by design
+    required: dict[str, tuple[str, ...]]  # EAGLE-3 method -> where the target's code calls it
+    models: tuple[ModelReport, ...]  # generation models (all, or those --model chose)
+    excluded: dict[str, str]  # registered classes that are no EAGLE-3 target -> why
+    strict: bool
+    asked: str | None = None  # what --model named
+    not_judged: tuple[tuple[str, str], ...] = ()  # (sglang/..., why) of files not read or parsed
+    opt_in: tuple[Blocker, ...] = ()  # with --model: pending patches reached only with a flag
+    tables: tuple[Blocker, ...] = ()  # pending patches that only complete a table here
+    elsewhere: tuple[str, ...] = ()  # with --model: pending patches about other models (ids)
+    quantization: str | None = None  # the checkpoint's, when it is known
+    # Suspects the table does not judge (what 12 gets there is unknown to it), and how many
+    # decisions give 12 something that runs (counted, not listed).
+    unjudged: tuple[Suspect, ...] = ()
+    harmless: int = 0
+    capabilities: tuple[str, ...] = judged.CAPABILITIES
+
+    @property
+    def ready(self) -> bool:
+        return not self.blockers and not self.not_judged
+
+    @property
+    def lacking(self) -> list[ModelReport]:
+        return [m for m in self.models if m.missing]
+
+    @property
+    def verdict(self) -> str:
+        subject = "capability 12"
+        if self.model is not None or self.asked:
+            subject += f" + EAGLE-3 on {self.model.name if self.model else self.asked}"
+        where = f"SGLang {self.release}" if self.release else "SGLang, release unknown"
+        unjudged = len(self.not_judged)
+        files = "1 file" if unjudged == 1 else f"{unjudged} files"
+        if self.ready:
+            answer = "ready"
+        elif not self.blockers:
+            answer = f"cannot tell: {files} could not be read or parsed (not judged)"
+        else:
+            count = len(self.blockers)
+            fixable = sum(1 for b in self.blockers if b.fixed_by)
+            noun = "blocker" if count == 1 else "blockers"
+            if fixable == count:
+                answer = (
+                    f"{count} {noun}, {'both' if count == 2 else 'all'} fixed by `sglpatch apply`"
+                )
+                if count == 1:
+                    answer = f"1 {noun}, fixed by `sglpatch apply`"
+            elif fixable:
+                answer = f"{count} {noun}, {fixable} fixed by `sglpatch apply`"
+            else:
+                answer = f"{count} {noun}, none fixed by `sglpatch apply`"
+            if unjudged:
+                answer += f"; {files} not judged"
+        return f"{subject} ({where}): {answer}"
