@@ -126,7 +126,7 @@ class Sm120DefaultMhaTrtllmGate(Patch):
             raise AlreadyPresent(f"the default MHA choice gives {BACKEND} to SM100 only")
         if BLACKWELL not in gates or gates & (BLACKWELL_GATES - {BLACKWELL}):
             raise AnchorMissing(f"the {BACKEND} branch is not gated on {BLACKWELL}()")
-        if SM100 not in _imported(module):
+        if SM100 not in cst_tools.imported_names(module):
             raise AnchorMissing(f"the module does not import {SM100}")
         return _renamed(module, branch.test)
 
@@ -134,11 +134,3 @@ class Sm120DefaultMhaTrtllmGate(Patch):
         gates = _gates(_trtllm_branch(module))
         if not gates & SM100_GATES or gates & BLACKWELL_GATES:
             raise PostconditionFailed(f"the default MHA choice still gives {BACKEND} beyond SM100")
-
-
-def _imported(module: cst.Module) -> set[str]:
-    return {
-        name
-        for source in ("sglang.srt.utils", "sglang.srt.utils.common")
-        for name in cst_tools.imported_names(module, source)
-    }

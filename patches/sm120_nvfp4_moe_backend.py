@@ -127,7 +127,7 @@ class Sm120Nvfp4MoeBackend(Patch):
             raise AlreadyPresent("NVFP4 MoE `auto` already resolves to flashinfer_cutlass on SM120")
         if release >= Version("0.5.15"):
             raise AnchorMissing("the overrides module lost upstream's NVFP4 MoE SM120 branch")
-        if "is_sm120_supported" not in _imported_names(module):
+        if "is_sm120_supported" not in cst_tools.imported_names(module):
             raise AnchorMissing("server_args.py does not import is_sm120_supported")
         method = self._method(module)
         body = method.body
@@ -157,18 +157,3 @@ class Sm120Nvfp4MoeBackend(Patch):
             raise PostconditionFailed(
                 "no branch sends modelopt_fp4 MoE `auto` to flashinfer_cutlass on SM120"
             )
-
-
-def _imported_names(module: cst.Module) -> set[str]:
-    """Names bound by the module's top-level `from ... import` statements."""
-    names: set[str] = set()
-    for line in module.body:
-        if not isinstance(line, cst.SimpleStatementLine):
-            continue
-        for small in line.body:
-            if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-                for alias in small.names:
-                    bound = alias.asname.name if alias.asname else alias.name
-                    if isinstance(bound, cst.Name):
-                        names.add(bound.value)
-    return names

@@ -193,7 +193,9 @@ class Sm120Nvfp4MoeCheckpointQuant(Patch):
         template = MODEL_CONFIG.get(release)
         if template is None:
             raise AnchorMissing(f"no model-config reader known for SGLang {release}")
-        if template.startswith("model_config_of") and "model_config_of" not in _bound(module):
+        if template.startswith("model_config_of") and "model_config_of" not in set(
+            cst_tools.imported_names(module)
+        ):
             raise AnchorMissing("the overrides module does not import model_config_of")
         others = [module.code_for_node(op) for i, op in enumerate(operands) if i != index]
         text = TEST.format(
@@ -219,15 +221,3 @@ class Sm120Nvfp4MoeCheckpointQuant(Patch):
             raise PostconditionFailed("the SM120 NVFP4 MoE branch ignores the checkpoint")
         if sm120 > read:
             raise PostconditionFailed("the model config is read before the SM120 test")
-
-
-def _bound(module: cst.Module) -> set[str]:
-    """Names bound by the module's top-level `from ... import` statements."""
-    names: set[str] = set()
-    for line in module.body:
-        if not isinstance(line, cst.SimpleStatementLine):
-            continue
-        for small in line.body:
-            if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-                names.update(alias.evaluated_name for alias in small.names)
-    return names

@@ -146,13 +146,10 @@ class Sm120OlmoFa3Fallback(Patch):
         its branches and the index of the `fa3` one."""
         found: list[tuple[cst.If, list[cst.If], int]] = []
         for scope in self._scopes(module):
-            branches = cst_tools.find_compound(scope, cst.If)
-            elifs = {id(b.orelse) for b in branches if isinstance(b.orelse, cst.If)}
-            for head in branches:
-                chain = cst_tools.if_chain(head)
+            for chain in cst_tools.if_chains(scope):
                 index = _fa3_position(chain)
-                if id(head) not in elifs and index is not None:
-                    found.append((head, chain, index))
+                if index is not None:
+                    found.append((chain[0], chain, index))
         if len(found) != 1:
             raise AnchorMissing(
                 f"expected one `>= 80 -> fa3` choice for {self.architecture}, found {len(found)}"
@@ -168,7 +165,7 @@ class Sm120OlmoFa3Fallback(Patch):
             isinstance(c.func, cst.Name) and c.func.value == "get_platform"
             for c in cst_tools.walk(fa3.test, cst.Call)
         )
-        if not uses_platform and "is_sm120_supported" not in _imported(module):
+        if not uses_platform and "is_sm120_supported" not in cst_tools.imported_names(module):
             raise AnchorMissing("the module does not import is_sm120_supported")
         assigns = _assigned(fa3, "fa3")
         if len(assigns) != 1:
@@ -188,15 +185,3 @@ class Sm120OlmoFa3Fallback(Patch):
             raise PostconditionFailed(
                 f"no branch before {self.architecture}'s `fa3` sends capability 12 to {FALLBACK}"
             )
-
-
-def _imported(module: cst.Module) -> set[str]:
-    """Names bound by the module's top-level `from ... import` statements."""
-    names: set[str] = set()
-    for line in module.body:
-        if not isinstance(line, cst.SimpleStatementLine):
-            continue
-        for small in line.body:
-            if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-                names.update(alias.evaluated_name for alias in small.names)
-    return names

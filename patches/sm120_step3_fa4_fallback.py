@@ -128,13 +128,10 @@ def _choice(module: cst.Module) -> tuple[cst.If, list[cst.If], int]:
     """The one if/elif chain of Step3p's attention choice: its head, branches, the fa4 index."""
     found: list[tuple[cst.If, list[cst.If], int]] = []
     for scope in _scopes(module):
-        branches = cst_tools.find_compound(scope, cst.If)
-        elifs = {id(b.orelse) for b in branches if isinstance(b.orelse, cst.If)}
-        for head in branches:
-            chain = cst_tools.if_chain(head)
+        for chain in cst_tools.if_chains(scope):
             index = _fa4_position(chain)
-            if id(head) not in elifs and index is not None:
-                found.append((head, chain, index))
+            if index is not None:
+                found.append((chain[0], chain, index))
     if len(found) != 1:
         raise AnchorMissing(
             f"expected one Blackwell -> fa4 choice for {ARCHITECTURE}, found {len(found)}"

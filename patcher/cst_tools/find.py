@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import libcst as cst
 
-from sglpatch.cst_tools.walking import _simple_statements, _walk
+from sglpatch.cst_tools.walking import _simple_statements, _walk, find_compound
 from sglpatch.patch import AnchorMissing
 
 D = TypeVar("D", cst.ClassDef, cst.FunctionDef)
@@ -137,8 +137,17 @@ def if_chain(head: cst.If) -> list[cst.If]:
     return branches
 
 
-def imported_names(module: cst.Module, source: str) -> list[str]:
-    """Names imported by top-level `from <source> import ...` statements (no star imports)."""
+def if_chains(scope: cst.CSTNode) -> list[list[cst.If]]:
+    """Every `if`/`elif` chain under `scope`, each once: its branches, head first (an `elif` is
+    part of its chain, never a head of its own)."""
+    found = find_compound(scope, cst.If)
+    elifs = {id(b.orelse) for b in found if isinstance(b.orelse, cst.If)}
+    return [if_chain(head) for head in found if id(head) not in elifs]
+
+
+def imported_names(module: cst.Module, source: str | None = None) -> list[str]:
+    """Names imported by top-level `from <source> import ...` statements (no star imports);
+    without `source`, by every top-level `from ... import`, relative ones too."""
     return [
         alias.evaluated_name
         for statement in _from_imports(module, source)
@@ -147,17 +156,19 @@ def imported_names(module: cst.Module, source: str) -> list[str]:
     ]
 
 
-def _from_imports(module: cst.Module, source: str) -> list[cst.ImportFrom]:
+def _from_imports(module: cst.Module, source: str | None) -> list[cst.ImportFrom]:
     found: list[cst.ImportFrom] = []
     for line in module.body:
         if not isinstance(line, cst.SimpleStatementLine):
             continue
         for small in line.body:
-            if (
-                isinstance(small, cst.ImportFrom)
-                and small.module is not None
-                and not small.relative
-                and _dotted(small.module) == source
+            if isinstance(small, cst.ImportFrom) and (
+                source is None
+                or (
+                    small.module is not None
+                    and not small.relative
+                    and _dotted(small.module) == source
+                )
             ):
                 found.append(small)
     return found
