@@ -100,7 +100,7 @@ def _plan_apply(
     return ApplyReport(
         target,
         record.directory,
-        owned_elsewhere(record, plan.outcomes),
+        owned_elsewhere(record, plan.outcomes, release),
         text,
         changed,
         commit is not None,

@@ -56,14 +56,26 @@ def patches_for(
     return patches, untested, left_out
 
 
-def owned_elsewhere(record: Record, outcomes: tuple[Outcome, ...]) -> tuple[Outcome, ...]:
-    """ "Already upstream" is wrong for a file another ledger record says sglpatch patched."""
+def owned_elsewhere(
+    record: Record, outcomes: tuple[Outcome, ...], release: Version
+) -> tuple[Outcome, ...]:
+    """ "Already upstream" is wrong for a file another ledger record says sglpatch patched,
+    unless the release itself has the fix (other patches may share the file)."""
+
+    def relabelled(o: Outcome) -> bool:
+        return (
+            isinstance(o, AlreadyApplied)
+            and o.by == "upstream"
+            and o.file in foreign
+            and (o.fixed_in is None or release < o.fixed_in)
+        )
+
     if not any(isinstance(o, AlreadyApplied) and o.by == "upstream" for o in outcomes):
         return outcomes
     foreign = record.ledger.foreign(record)
     return tuple(
         AlreadyApplied(o.patch_id, o.file, "sglpatch", elsewhere_note(*foreign[o.file]))
-        if isinstance(o, AlreadyApplied) and o.by == "upstream" and o.file in foreign
+        if relabelled(o) and isinstance(o, AlreadyApplied)
         else o
         for o in outcomes
     )

@@ -78,13 +78,15 @@ def _status_of(
             return PatchStatus(patch.id, "edited since applied", path)
     elif patch.id in state.patches:
         return PatchStatus(patch.id, "applied", path)
-    owner = elsewhere(path)
-    if owner is not None:
-        return PatchStatus(patch.id, "patched", path, elsewhere_note(*owner))
+    # Before another ledger's record of the file: a patch upstream fixed is never applied, even
+    # where other patches changed its file.
     if patch.fixed_upstream(release):
         return PatchStatus(
             patch.id, "already upstream", path, f"fixed in {patch.fixed_upstream_in}"
         )
+    owner = elsewhere(path)
+    if owner is not None:
+        return PatchStatus(patch.id, "patched", path, elsewhere_note(*owner))
     if patch.id in state.skipped and state.release == str(release):
         return PatchStatus(patch.id, "skipped", path, "left out by choice (apply --skip/--only)")
     untested = "" if patch.is_tested(release) else f"untested on {release} (tested: {patch.tested})"
