@@ -4,6 +4,7 @@ never a hang; git missing or a bad lock timeout is one line."""
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import json
 import os
@@ -232,3 +233,25 @@ def test_a_bad_lock_timeout_is_a_usage_error(
     result = runner.invoke(app, ["apply", "--target", str(site_059)])
     one_line(result, ExitCode.USAGE, "SGLPATCH_LOCK_TIMEOUT", repr(value))
     assert snapshot(site_059) == before
+
+
+def test_a_lock_left_open_by_an_interrupted_run_of_this_process_is_closed(tmp_path: Path) -> None:
+    # A Ctrl-C pending as a run releases its locks can end it before the closes; the next run
+    # in the same process must not wait on the descriptors it left.
+    site = wheels.site_packages(SEED, tmp_path / "site", ())
+    target = find_target(site, None)
+    record = ledger.Ledger(tmp_path / "ledger").record(target)
+    with record.locked(timeout=0):
+        leaked = dict(ledger._open_locks)
+    ((key, fds),) = leaked.items()
+    ledger._open_locks.clear()
+    # what an interrupted release leaves: both descriptors open, the locks held
+    reopened = tuple((os.open(opened, os.O_RDONLY), opened) for _, opened in fds)
+    for fd, _ in reopened:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    ledger._open_locks[key] = reopened  # type: ignore[assignment]
+    with record.locked(timeout=0):  # no LockedError: the leaked ones were closed first
+        pass
+    for fd, _ in reopened:
+        with pytest.raises(OSError):
+            os.fstat(fd)

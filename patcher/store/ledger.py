@@ -273,6 +273,7 @@ class Record:
         if timeout is None:
             timeout = lock_timeout()
         path = self.ledger.directory / "locks" / f"{self.key}.lock"
+        _close_leaked(str(path))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             ledger_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -283,18 +284,25 @@ class Record:
         except OSError:
             os.close(ledger_fd)
             raise
+        _open_locks[str(path)] = ((target_fd, self.target.package_dir), (ledger_fd, path))
         deadline = time.monotonic() + timeout
+        held = False
         try:
             for fd in (target_fd, ledger_fd):
                 self._acquire(fd, deadline, timeout)
+            _holding.add(str(path))
+            held = True
             yield
         finally:
+            if held:  # first: what stays open after this is leaked, not held
+                _holding.discard(str(path))
             # Closing releases the locks. A Ctrl-C between the two closes would leave the ledger's
             # lock held by a leaked descriptor for the rest of the process: hold it off.
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             try:
                 os.close(target_fd)
                 os.close(ledger_fd)
+                _open_locks.pop(str(path), None)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
@@ -316,3 +324,24 @@ class Record:
         if not readme.exists():
             write_atomic(readme, README.encode())
         _register(self.ledger.directory)
+
+
+# The lock descriptors of this process not closed yet, by lock file, each with what it opened.
+# A Ctrl-C already pending when a run releases its locks can still end it before the closes (the
+# signal mask holds off new ones only): they then stay open, holding the locks against this same
+# process.
+_open_locks: dict[str, tuple[tuple[int, Path], tuple[int, Path]]] = {}
+_holding: set[str] = set()  # the lock files a run of this process holds now
+
+
+def _close_leaked(lock_file: str) -> None:
+    """Close the descriptors a run of this process left open on `lock_file` and its target, each
+    only if it still is that file: a number closed meanwhile may have been reused."""
+    if lock_file in _holding:  # held: the second holder must wait, as another process would
+        return
+    for fd, opened in _open_locks.pop(lock_file, ()):
+        try:
+            if os.path.samestat(os.fstat(fd), opened.stat()):
+                os.close(fd)
+        except OSError:
+            continue
