@@ -170,6 +170,7 @@ CST_TOOLS_NAMES = {
     "AnchorMissing", "Iterator", "Sequence", "Step", "T", "TypeGuard", "TypeVar", "annotations",
     "append_to_class", "assigns_self_attribute", "class_body", "cst", "dataclasses", "dict_row",
     "find_class", "find_compound", "find_dict", "find_function", "function_body", "if_chain",
+    "if_chains",
     "ifs_testing", "imported_names", "int_key", "method_calls_on", "method_names", "methods",
     "replace", "replace_statement", "statement", "walk", "with_alias", "with_branch_before",
     "with_imported_name", "with_row_after", "with_statements_beside",
