@@ -102,15 +102,33 @@ def transform_source(
     ours: Collection[str] = (),
 ) -> tuple[FileChange | None, dict[str, Outcome]]:
     """Run `patches` in turn over one file's bytes; `shown` names the file in results."""
+    module = parse(source)
+    if isinstance(module, str):
+        return None, {p.id: Failed(p.id, shown, module) for p in patches}
+    return transform_module(module, source, shown, patches, release, ours)
+
+
+def parse(source: bytes) -> cst.Module | str:
+    """One file's bytes parsed, or why they cannot be (a syntax error)."""
     # Load libcst before the try: a Ctrl-C while it imports must surface as KeyboardInterrupt,
     # not as the AttributeError that evaluating the except clause on a half-loaded module gives.
-    parse, syntax_error = cst.parse_module, cst.ParserSyntaxError
+    parse_module, syntax_error = cst.parse_module, cst.ParserSyntaxError
     try:
-        module = parse(source)
+        return parse_module(source)
     except syntax_error as error:
-        reason = f"syntax error at line {error.raw_line}: {error.message}"
-        return None, {p.id: Failed(p.id, shown, reason) for p in patches}
+        return f"syntax error at line {error.raw_line}: {error.message}"
 
+
+def transform_module(
+    module: cst.Module,
+    source: bytes,
+    shown: str,
+    patches: Sequence[Patch],
+    release: Version,
+    ours: Collection[str] = (),
+) -> tuple[FileChange | None, dict[str, Outcome]]:
+    """`transform_source` on a file parsed already (`parse(source)`), which it leaves as it is:
+    one parse serves every patch that is to be run on its own over the same file."""
     outcomes: dict[str, Outcome] = {}
     applied: list[str] = []
     for patch in patches:

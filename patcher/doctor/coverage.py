@@ -3,10 +3,10 @@ one's change does to the scanner's findings.
 
 A patch has work when its target file exists for the release, upstream has not fixed it, and
 its codemod would still change the file (the engine says `Applied`, not `AlreadyApplied`). Each
-such patch is run on its own over the file's current bytes and the result is scanned again: a
-decision that disappears, or where capability 12.0 or 12.1 gets another branch or choice, is
-covered by that patch. Touching the same file or function is not enough; the patch has to
-change what 12 gets at that decision.
+such patch is run on its own over the file's current bytes (parsed once for all the patches on
+that file) and the result is scanned again: a decision that disappears, or where capability
+12.0 or 12.1 gets another branch or choice, is covered by that patch. Touching the same file or
+function is not enough; the patch has to change what 12 gets at that decision.
 
 A patch whose file cannot be read fails here (a blocker that names the file); a plugin's patch
 that runs longer than `PLUGIN_TIME_LIMIT` is stopped and fails, named, as one that raised would.
@@ -18,7 +18,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
@@ -27,6 +27,9 @@ from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, read_file
 from sglpatch.errors import PatchCrashed
 from sglpatch.patch import Patch
 from sglpatch.results import Applied, Failed, Outcome
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 PLUGIN_TIME_LIMIT = 10.0  # seconds for one plugin patch on one file; the built-ins take 0.05
 
@@ -42,6 +45,7 @@ def check(package_dir: Path, release: Version, patches: Sequence[Patch]) -> list
     """Every catalogue patch that is meant for this release, with its in-memory outcome."""
     from sglpatch import engine  # and libcst: in a worker, when the pool is open
 
+    files: dict[str, _Parsed] = {}  # each file read and parsed once, for every patch on it
     checks = []
     for patch in patches:
         limit = _TimeLimit(None if patch.origin == "built-in" else PLUGIN_TIME_LIMIT)
@@ -52,7 +56,9 @@ def check(package_dir: Path, release: Version, patches: Sequence[Patch]) -> list
                 if relative is None or patch.fixed_upstream(release):
                     continue
                 shown = f"sglang/{relative}"
-                found = _check(engine, package_dir / relative, shown, release, patch)
+                if relative not in files:
+                    files[relative] = _parse(engine, package_dir / relative, shown)
+                found = _check(engine, files[relative], shown, release, patch)
         except (PatchCrashed, _TooSlow):
             if not limit.expired:
                 raise
@@ -63,16 +69,32 @@ def check(package_dir: Path, release: Version, patches: Sequence[Patch]) -> list
     return checks
 
 
-def _check(
-    engine: ModuleType, path: Path, shown: str, release: Version, patch: Patch
-) -> PatchCheck | None:
+# A file's bytes and its module; why it cannot be patched; None: the release lacks the module.
+_Parsed = tuple[bytes, "cst.Module"] | str | None
+
+
+def _parse(engine: ModuleType, path: Path, shown: str) -> _Parsed:
     before, why = read_file(path)
     if before is None:
-        if why is None:
-            return None  # the release lacks the module (an optional part not installed)
-        return PatchCheck(patch, shown, Failed(patch.id, shown, f"{shown} {why}"), None)
+        return None if why is None else f"{shown} {why}"  # None: an optional part not installed
     try:
-        change, outcomes = engine.transform_source(before, shown, [patch], release)
+        module = engine.parse(before)
+    except TOO_DEEP:
+        return f"{shown} {TOO_DEEP_WHY}"
+    return module if isinstance(module, str) else (before, module)  # str: a syntax error
+
+
+def _check(
+    engine: ModuleType, parsed: _Parsed, shown: str, release: Version, patch: Patch
+) -> PatchCheck | None:
+    """The patch on its own over the parsed file, which stays as it was for the next patch."""
+    if parsed is None:
+        return None
+    if isinstance(parsed, str):
+        return PatchCheck(patch, shown, Failed(patch.id, shown, parsed), None)
+    before, module = parsed
+    try:
+        change, outcomes = engine.transform_module(module, before, shown, [patch], release)
     except TOO_DEEP:
         return PatchCheck(patch, shown, Failed(patch.id, shown, f"{shown} {TOO_DEEP_WHY}"), None)
     outcome = outcomes[patch.id]
