@@ -20,17 +20,16 @@ pytestmark = pytest.mark.wheel
 FIRST = Version("0.5.9")
 # ServerArgs' nsa_* (0.5.9 without a ROCm arm, 0.5.10, 0.5.12) and dsa_* (0.5.13, 0.5.14)
 # methods, then arg_groups/overrides.py.
+# A release of each code shape (tests/test_matrix.py proves the effect on every release).
 RELEASES = [
     "0.5.9",
     "0.5.10",
     "0.5.12",
     "0.5.13",
-    "0.5.14",
     "0.5.15",
     "0.5.16",
     "0.5.17",
     "0.5.20",
-    "0.5.22",
     "0.5.23",
 ]
 DEEPSEEK_V3 = "DeepseekV3ForCausalLM"  # the DSA form (index_topk), DeepSeek-V3.2 before 0.5.12
