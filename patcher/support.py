@@ -56,6 +56,10 @@ class Support(NamedTuple):
     unknown_on: tuple[Span, ...] = ()
     # The SGLang releases this reading holds for; None: the record's own (newest) reading.
     sglang: str | None = None
+    # Capabilities where the backend runs other kernels than on 10.x under the same name (a
+    # port): it runs there, but whether it serves a given model's features is not established.
+    other_kernel_on: tuple[Span, ...] = ()
+    other_kernel: str | None = None  # what it runs there instead
 
     def runs(self, capability: Capability) -> bool:
         return any(span.holds(capability) for span in self.runs_on)
@@ -65,6 +69,10 @@ class Support(NamedTuple):
         if any(span.holds(capability) for span in self.unknown_on):
             return None
         return self.runs(capability)
+
+    def ported(self, capability: Capability) -> bool:
+        """Whether it runs other kernels on `capability` than on 10.x (`other_kernel`)."""
+        return any(span.holds(capability) for span in self.other_kernel_on)
 
     def shown_range(self) -> str:
         return ", ".join(_shown(s) for s in self.runs_on) or "nothing"
@@ -150,7 +158,13 @@ def _support(kind: str, name: str, entry: dict[str, Any], old: dict[str, Any] | 
     """One reading; an `earlier` entry (`old`) inherits only what it does not say itself."""
     where = f"kernel_support.json: {kind}/{name}"
     if old is not None:
-        entry = {**entry, "unknown_on": old.get("unknown_on", []), "needs": old.get("needs")}
+        entry = {
+            **entry,
+            "unknown_on": old.get("unknown_on", []),
+            "needs": old.get("needs"),
+            "other_kernel_on": old.get("other_kernel_on", []),
+            "other_kernel": old.get("other_kernel"),
+        }
         try:
             SpecifierSet(old["sglang"])
         except (KeyError, InvalidSpecifier) as error:
@@ -165,10 +179,18 @@ def _support(kind: str, name: str, entry: dict[str, Any], old: dict[str, Any] | 
         entry.get("needs"),
         _spans(entry.get("unknown_on", []), where),
         None if old is None else old["sglang"],
+        _spans(entry.get("other_kernel_on", []), where),
+        entry.get("other_kernel"),
     )
     for unknown in record.unknown_on:
         if any(_overlap(unknown, span) for span in record.runs_on):
             raise ValueError(f"{where}: {_shown(unknown)} is both in runs_on and unknown_on")
+    if bool(record.other_kernel_on) != bool(record.other_kernel):
+        raise ValueError(f"{where}: other_kernel_on and other_kernel go together")
+    for ported in record.other_kernel_on:
+        inside = (ported.low, ported.high or ported.low)
+        if not all(any(s.holds(c) for s in record.runs_on) for c in inside):
+            raise ValueError(f"{where}: other_kernel_on {_shown(ported)} is not in runs_on")
     return record
 
 

@@ -27,10 +27,18 @@ Generated from `patcher/data/kernel_support.json` by `scripts/kernel_support_doc
 edit by hand (a test checks the two agree). Doctor and the patches read the same table through
 `sglpatch.support`. "runs": the kernel's own arch list or assertion admits the capability;
 "no": it does not; "unknown": not established (doctor reports such a backend as "not judged").
+"other kernels" in `needs`: the backend runs other kernels there than on 10.x under the same
+name, so doctor does not judge a lost path to it (whether it serves a model there is unknown).
 A row named with SGLang releases is the reading for those releases; the row without is the
 newest. GEMM backends are named by flag: `fp8:` for `--fp8-gemm-backend`, `fp4:` for
 `--fp4-gemm-backend`.
 """
+
+
+def _span(span: object) -> str:
+    low, high = span  # type: ignore[misc]
+    shown = f"{low[0]}.{low[1]}"
+    return shown if high == low else f"{shown}-{high[0]}.{high[1]}" if high else f"{shown}+"
 
 
 def render() -> str:
@@ -45,6 +53,10 @@ def render() -> str:
             shown = f"`{name}`" + (f" (SGLang {record.sglang})" if record.sglang else "")
             cells = [SHOWN[record.judge(c)] for c in CAPABILITIES]
             needs = record.needs or ""
+            if record.other_kernel:
+                ported = ", ".join(_span(span) for span in record.other_kernel_on)
+                other = f"on {ported} other kernels: {record.other_kernel}"
+                needs = f"{needs}; {other}" if needs else other
             row = [kind, shown, *cells, _cell(needs), _cell(record.source)]
             lines.append("| " + " | ".join(row) + " |")
     lines += [

@@ -42,17 +42,9 @@ QUANTS = ("bf16", "fp8", "modelopt_fp4")
 # "nsa"/"dsa" dispatch to the DSA prefill/decode backends, which are judged themselves.
 NOT_KERNELS = {"auto", "nsa", "dsa"}
 # Judgements the table alone cannot make, with the evidence (kind, backend, releases, why).
-NOT_A_GAP = [
-    (
-        "moe",
-        "flashinfer_mxfp4",
-        ">=0.5.17",
-        "not a gap: from 0.5.17 the flashinfer_mxfp4 runner has a capability-12 branch to "
-        "FlashInfer's SM120 CUTLASS MXFP4 kernel (is_sm120 in the chosen path; "
-        "tests/patches/test_sm120_mxfp4_moe_backend.py); the table's record reads the "
-        "trtllm-gen path",
-    ),
-]
+# None at present: flashinfer_mxfp4 on 0.5.17+, the one there was, is now the table's own reading
+# (its SM120 CUTLASS branch, patcher/data/kernel_support.json).
+NOT_A_GAP: list[tuple[str, str, str, str]] = []
 
 
 # Gaps no source patch can close: the model itself requires what 12 cannot run (architecture,
