@@ -196,6 +196,8 @@ def validate(patch: Patch) -> None:
     if not (cls.__doc__ or "").strip() or not (cls.__module__ and _module_doc(cls)):
         problems.append("the class and its module need docstrings saying why it exists")
     problems += _concerns_problems(getattr(cls, "concerns", None))
+    if not _names(getattr(cls, "unreached_on_12", ()), _CLASS_NAME):
+        problems.append("unreached_on_12 must be a tuple of distinct function names")
     problems += _effect_problems(getattr(cls, "effect", None), _probe_releases(patch))
     # target_file depends on the release: check it at the releases `tested` names now, and at
     # the target's own release when a command runs (Patch.package_file).

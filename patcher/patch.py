@@ -181,6 +181,10 @@ class Patch(ABC, metaclass=_Declared):
                          by default every model with default flags)
       effect             `Effect.RUN` (the default) or `Effect.TABLE`, or a `ByRelease` table
                          of them where it differs by release
+      unreached_on_12    functions of its file that capability 12 no longer calls once it is
+                         in, where it fixes a decision by changing its input in another
+                         function (doctor then counts the decisions inside them as covered);
+                         its tests must prove it by running the release's code
     and implement `transform` and `postcondition`. `target_file` reads `files`; a patch whose
     file is not a table of releases overrides `target_file` instead.
     """
@@ -193,6 +197,7 @@ class Patch(ABC, metaclass=_Declared):
     files: ClassVar[ByRelease[str | None]]
     concerns: ClassVar[Concerns] = Concerns()
     effect: ClassVar[Effect | ByRelease[Effect]] = Effect.RUN
+    unreached_on_12: ClassVar[tuple[str, ...]] = ()
     # Where the catalogue found the patch ("built-in", a plugin's name or a folder); set on load.
     origin: str = "built-in"
 

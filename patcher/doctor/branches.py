@@ -281,6 +281,17 @@ def _user_flag(test: ast.expr, needed: bool) -> str:
     text = _text(test)
     if needed and _names_flag(test):
         return text
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Eq)
+        and isinstance(test.comparators[0], ast.Constant)
+        and _kv_dtype_named(test.left)
+    ):
+        # `kv_cache_dtype == "fp8_e4m3"`: the user's --kv-cache-dtype either way, whatever a
+        # capability's default for it is
+        other = ast.Compare(test.left, [ast.NotEq()], test.comparators)
+        return text if needed else _text(other)
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and _backend_named(test.left):
         right = test.comparators[0]
         literal = isinstance(right, ast.Constant) and right.value not in (None, "auto")
@@ -311,6 +322,11 @@ def _names_flag(test: ast.expr) -> bool:
     return isinstance(name, str) and (
         name.startswith("enable_") or name.startswith("SGLANG_ENABLE_")
     )
+
+
+def _kv_dtype_named(node: ast.expr) -> bool:
+    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+    return isinstance(name, str) and name.endswith("kv_cache_dtype")
 
 
 def _backend_named(node: ast.expr) -> bool:

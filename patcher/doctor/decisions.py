@@ -44,6 +44,17 @@ def conditions_to(node: ast.AST, ancestors: Sequence[ast.AST]) -> list[tuple[ast
     return found
 
 
+def reaches(
+    evaluator: Evaluator, node: ast.AST, ancestors: Sequence[ast.AST], device: devices.Device
+) -> bool:
+    """Whether `device` can get to `node`: no `if` around it needs a truth its test cannot have
+    there (the `else` after an `elif major == 12:` arm, on 12)."""
+    return all(
+        branches_of.tri(evaluator, test, device) is not (not needed)
+        for test, needed in conditions_to(node, ancestors)
+    )
+
+
 def flag_of(node: ast.AST, function: Function | None, decision: Decision) -> str | None:
     """The kernel flag (`entries.FLAGS`) this decision sets: its assigned name, or the flag
     function it sits in."""

@@ -38,6 +38,7 @@ from sglpatch.doctor.decisions import (
     flag_of,
     is_boolean,
     open_ended,
+    reaches,
     spans,
     turns_on,
 )
@@ -221,6 +222,9 @@ class Gates:
         if not any(evaluator.depends_on_device(test) for test in tests):
             return None
         reached = {d: branches_of.reach(evaluator, tests, d) for d in devices.DEVICES}
+        for device in (RTX_BLACKWELL, GB10):  # an `if` around it that 12 cannot enter
+            if not reaches(evaluator, node, ancestors, device):
+                reached[device] = []
         taken = {
             d: branches_of.decided(evaluator, tests, reached, d, others)
             for d, others in _COMPARED.items()

@@ -6,7 +6,13 @@ capability asked (12.0, 12.1), for the target's release:
 - `fails`: a choice the table says does not run there (or a table keyed by majors without 12);
 - `not judged`: a choice the table does not know (None): never counted as a failure;
 - `loses`: 12 runs, but 10 gets a choice that runs on 12 too and 12 does not get it;
-- `harmless`: the rest: counted, not listed.
+- `harmless`: the rest: counted, not listed. So is a path that only a flag naming a backend
+  that cannot run on 12 leads to (`if decode_backend == "fa3":` on 12): no working run gets there.
+
+A loss is `not judged` when what 12 ends with is decided elsewhere (12 makes no backend choice
+at the decision), or when the choice 10 gets runs other kernels on 12 under the same name (the
+table's `other_kernel_on`: XQA for trtllm_mha, SGLang's SM120 FA4 port): that 12 loses it is
+known, that it would serve the model there is not.
 
 Each judgement says in one line what 12 gets, why it fails there (the table's source, cut
 short) and whether only a flag the user passes leads there (opt-in) or it is the default.
@@ -14,6 +20,7 @@ short) and whether only a flag the user passes leads there (opt-in) or it is the
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -44,6 +51,8 @@ def judge(finding: Finding, release: str | None, capability: str) -> Judgement:
         )
     cap = _capability(capability)
     chosen = [c for c in finding.chosen(capability) if _holds(c, release)]
+    if chosen and all(_needs_unrunnable(c[4], cap, release) for c in chosen):
+        return Judgement(capability, HARMLESS, "")
     answers = [(c, support.runs_on(c[1], c[2], cap, release=release)) for c in chosen]
     failing = [c for c, runs in answers if runs is False]
     if failing:
@@ -56,17 +65,46 @@ def judge(finding: Finding, release: str | None, capability: str) -> Judgement:
         reason = support.not_judged().get((first[1], first[2])) or "unknown there"
         what = f"{capability} gets {_named(first)}: not judged by the table ({_short(reason)})"
         return Judgement(capability, NOT_JUDGED, what, first[4])
+    return _loss(finding, chosen, capability, cap, release)
+
+
+def _loss(
+    finding: Finding,
+    chosen: Sequence[Chosen],
+    capability: str,
+    cap: support.Capability,
+    release: str | None,
+) -> Judgement:
+    """What 12 loses that 10 gets and that runs on 12 too, if anything."""
     got = {(c[1], c[2]) for c in chosen}
+    gets = f"gets {', '.join(_named(c) for c in chosen)}" if chosen else finding.gets
+    ported: Judgement | None = None
     for other in finding.chosen("10.0"):
         key = (other[1], other[2])
         if key in got or not _holds(other, release):
             continue
-        if support.runs_on(other[1], other[2], cap, release=release):
-            gets = ", ".join(_named(c) for c in chosen) or finding.gets
-            what = (
-                f"{capability} gets {gets}; 10 gets {_named(other)}, which runs on {capability} too"
+        if not support.runs_on(other[1], other[2], cap, release=release):
+            continue
+        record = support.lookup(other[1], other[2], release=release)
+        if record is not None and record.ported(cap):
+            ported = ported or Judgement(
+                capability,
+                NOT_JUDGED,
+                f"{capability} {gets}; 10 gets {_named(other)}, which {capability} runs as "
+                f"{_short(record.other_kernel or '')}: whether that serves this model there is "
+                "not established",
+                other[4],
             )
-            return Judgement(capability, LOSES, what, other[4])
+            continue
+        if not chosen:  # 12 goes on past the decision: what it ends with is chosen elsewhere
+            what = (
+                f"{capability} {finding.gets}, choosing nothing here; 10 gets {_named(other)}: "
+                "what 12 ends with is decided after this block, which doctor does not follow"
+            )
+            return Judgement(capability, NOT_JUDGED, what, other[4])
+        what = f"{capability} {gets}; 10 gets {_named(other)}, which runs on {capability} too"
+        return Judgement(capability, LOSES, what, other[4])
+    return ported or Judgement(capability, HARMLESS, "")
     return Judgement(capability, HARMLESS, "")
 
 
@@ -95,6 +133,37 @@ def _named(choice: Chosen) -> str:
 def _holds(choice: Chosen, release: str | None) -> bool:
     entry = entries.ENTRIES.get(choice[3])
     return entry is None or entry.holds(release)
+
+
+def _needs_unrunnable(opt_in: str, cap: support.Capability, release: str | None) -> bool:
+    """Whether a path's opt-in is a backend flag set to backends none of which runs on `cap`
+    (`effective_decode_backend == 'fa3'`): the user's own choice fails there first."""
+    if not opt_in:
+        return False
+    try:
+        test = ast.parse(opt_in, mode="eval").body
+    except SyntaxError:  # cut short ("...") or not an expression
+        return False
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+    name = left.attr if isinstance(left, ast.Attribute) else getattr(left, "id", "")
+    if "backend" not in name:
+        return False
+    if isinstance(op, ast.Eq) and isinstance(right, ast.Constant):
+        values = [right.value]
+    elif isinstance(op, ast.In) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+        values = [e.value for e in right.elts if isinstance(e, ast.Constant)]
+    else:
+        return False
+    answers = [
+        support.runs_on(kind, value, cap, release=release)
+        for value in values
+        if isinstance(value, str)
+        for kind in support.KINDS
+        if support.lookup(kind, value, release=release) is not None
+    ]
+    return bool(answers) and all(a is False for a in answers)
 
 
 def _capability(text: str) -> support.Capability:

@@ -3,16 +3,19 @@
 A table without a row for 10 fails on 10 as it does on 12: no gap of 12's own, so not reported.
 
 A table read with a subscript gives capability 12 a `KeyError: 12`; one only ever read with
-`.get(major, default)` takes an unknown major in its stride and is not reported.
+`.get(major)` or tested with `major in TABLE` first takes an unknown major in its stride and is
+not reported. A table its own module never reads (`all_reduce_utils.py`'s, imported by
+`torch_symm_mem.py`) is judged by the reads of the modules beside it (`beside`).
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
+from pathlib import Path
 
 from sglpatch.doctor.findings import Finding
-from sglpatch.doctor.source_tree import chain
+from sglpatch.doctor.source_tree import chain, read_file
 
 MAJORS = frozenset(range(7, 14))  # plausible compute-capability majors
 KNOWN = 10
@@ -43,8 +46,10 @@ def tables(tree: ast.Module, shown: str, lines: Sequence[str]) -> list[Finding]:
 
 
 def _reads(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """The names read with a subscript, and those only read in a way that tolerates a missing
+    key (`.get(key)`, `.get(key, default)`, `key in table`)."""
     subscripted: set[str] = set()
-    defaulted: set[str] = set()
+    tolerant: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
             if names := chain(node.value):
@@ -54,11 +59,48 @@ def _reads(tree: ast.Module) -> tuple[set[str], set[str]]:
             if (
                 isinstance(func, ast.Attribute)
                 and func.attr == "get"
-                and len(node.args) == 2
+                and 1 <= len(node.args) <= 2
                 and (names := chain(func.value))
             ):
-                defaulted.add(names[-1])
-    return subscripted, defaulted - subscripted
+                tolerant.add(names[-1])
+        elif isinstance(node, ast.Compare):
+            for op, right in zip(node.ops, node.comparators, strict=False):
+                if isinstance(op, (ast.In, ast.NotIn)) and (names := chain(right)):
+                    tolerant.add(names[-1])
+    return subscripted, tolerant - subscripted
+
+
+def beside(finding: Finding, package_dir: Path) -> Finding | None:
+    """A table its own module never reads (`no row`), judged by the reads in the `.py` files of
+    its folder that name it: `KeyError: 12` where one subscripts it, None (not reported) where
+    they only read it tolerantly; the finding as it is when none reads it."""
+    if finding.kind != "table" or finding.gets != "no row":
+        return finding
+    folder = package_dir / Path(finding.file).relative_to("sglang").parent
+    name = _defined_name(finding.code)
+    if name is None:
+        return finding
+    subscripted = tolerant = False
+    for path in sorted(folder.glob("*.py")):
+        data, _ = read_file(path)
+        if data is None or path.name == Path(finding.file).name or name.encode() not in data:
+            continue
+        try:
+            tree = ast.parse(data)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        strict, lenient = _reads(tree)
+        subscripted |= name in strict
+        tolerant |= name in lenient
+    if subscripted:
+        return finding._replace(gets="KeyError: 12")
+    return None if tolerant else finding
+
+
+def _defined_name(code: str) -> str | None:
+    """`NAME = {` or `NAME: dict[...] = {`: the table's name."""
+    head = code.split("=", 1)[0].split(":", 1)[0].strip()
+    return head if head.isidentifier() else None
 
 
 def _int_keys(node: ast.Dict) -> set[int] | None:

@@ -25,7 +25,17 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
-from sglpatch.doctor import census, coverage, devices, eagle3, judged, pool, scanner
+from sglpatch.doctor import (
+    census,
+    coverage,
+    devices,
+    eagle3,
+    judged,
+    pool,
+    scanner,
+    tables,
+    unreached,
+)
 from sglpatch.doctor.diagnosis import Blocker as Blocker
 from sglpatch.doctor.diagnosis import Diagnosis as Diagnosis
 from sglpatch.doctor.diagnosis import ModelReport as ModelReport
@@ -54,11 +64,9 @@ def diagnose(
     paths, names = _models_asked(source, model)
     helpers = devices.helpers_of(source)
     read = _read(source, package_dir, release, patches, paths, names, helpers, say)
+    read = read._replace(findings=_beside(read.findings, package_dir))
     work = coverage.pending(read.checks)
-
-    covered = coverage.covered_by(
-        read.findings, work, _rescanner(source, helpers), lambda shown: _current(package_dir, shown)
-    )
+    covered, gone = _covered(source, helpers, read, work)
     reports = tuple(
         _model_report(source, read.models, r, read.required, work)
         for r in read.registered
@@ -66,7 +74,10 @@ def diagnose(
     )
     chosen = reports[0] if model is not None and len(reports) == 1 else None
 
-    every = _judged(read.findings, covered, release, capabilities)
+    every = [  # a patch in the tree keeps 12 out of the function holding it
+        s._replace(verdict=judged.HARMLESS) if s.finding in gone else s
+        for s in _judged(read.findings, covered, release, capabilities)
+    ]
     suspects = tuple(s for s in every if s.verdict in judged.LISTED)
     asked = _asked(package_dir, paths, read, quantization) if model is not None else None
     found = _sort(work, chosen, asked, release)
@@ -136,6 +147,26 @@ def _read(
     return _Read(findings, checks, required, models, registered)
 
 
+def _covered(
+    source: Source,
+    helpers: dict[str, frozenset[int]],
+    read: _Read,
+    work: Sequence[coverage.PatchCheck],
+) -> tuple[dict[Finding, str], set[Finding]]:
+    """finding -> the pending patch that changes what 12 gets there; and the findings a patch in
+    the tree keeps 12 away from (`unreached`)."""
+    package_dir = source.package_dir
+
+    def current(shown: str) -> bytes | None:
+        return _current(package_dir, shown)
+
+    rescan = _rescanner(source, helpers, package_dir)
+    covered = coverage.covered_by(read.findings, work, rescan, current)
+    for finding, patch_id in unreached.covered(read.findings, work, current).items():
+        covered.setdefault(finding, patch_id)
+    return covered, unreached.settled(read.findings, read.checks, current)
+
+
 def _judged(
     findings: Sequence[Finding],
     covered: dict[Finding, str],
@@ -180,14 +211,20 @@ def _models_asked(source: Source, model: str | None) -> tuple[list[Path], set[st
     return sorted(census.models_folder(source).glob("*.py")), None
 
 
+def _beside(findings: Sequence[Finding], package_dir: Path) -> list[Finding]:
+    """The tables their own module never reads, judged by the modules beside them."""
+    found = (tables.beside(f, package_dir) for f in findings)
+    return [f for f in found if f is not None]
+
+
 def _rescanner(
-    source: Source, helpers: dict[str, frozenset[int]]
+    source: Source, helpers: dict[str, frozenset[int]], package_dir: Path
 ) -> Callable[[bytes, str], list[Finding]]:
     """Scans a patched file in memory, for coverage: what the patch changes there."""
 
     def rescan(data: bytes, shown: str) -> list[Finding]:
         try:
-            return scanner.scan_bytes(data, shown, helpers)
+            return _beside(scanner.scan_bytes(data, shown, helpers), package_dir)
         except TOO_DEEP:  # the patched file: what the patch covers there is unknown
             source.note(shown, f"{TOO_DEEP_WHY} (once patched)")
             return []

@@ -156,6 +156,27 @@ def test_what_a_capability_12_user_gets_with_both_gemm_patches(
     assert chosen == (CUTLASS if version >= Version("0.5.16") else TRITON)
 
 
+def _calls(source: bytes, release: str, capability: tuple[int, int], deep_gemm_on: bool) -> int:
+    """How often a server start-up and one block-FP8 dispatch call the functions the patch
+    declares unreached on 12 (`unreached_on_12`, read by doctor's coverage)."""
+    called = dict.fromkeys(PATCH.unreached_on_12, 0)
+    flags = {"ENABLE_JIT_DEEPGEMM": deep_gemm_on, "DEEPGEMM_BLACKWELL": False}
+    fp8_linear_choice(source, release, Machine(capability), flags, called=called)
+    return sum(called.values())
+
+
+@pytest.mark.parametrize("release", APPLIED)
+def test_the_functions_it_declares_unreached_are_unreached_on_12_only(release: str) -> None:
+    assert PATCH.unreached_on_12  # doctor covers fp8_utils' automatic choice by this
+    pristine = wheels.member(release, fp8_utils(Version(release)))
+    for deep_gemm_on in (False, True):
+        for capability in TWELVE:
+            assert _calls(pristine, release, capability, deep_gemm_on) > 0
+            assert _calls(patched(release), release, capability, deep_gemm_on) == 0
+        for capability in OTHERS:
+            assert _calls(patched(release), release, capability, deep_gemm_on) > 0
+
+
 def test_before_0_5_6_post2_there_is_no_automatic_choice() -> None:
     assert PATCH.target_file(Version("0.5.6.post1")) is None
     source = wheels.member("0.5.6.post1", MEMBER)

@@ -348,18 +348,28 @@ DEEP_GEMM_WRAPPERS = (
 )
 
 
+def _counted(function: Callable[..., Any], name: str, calls: dict[str, int]) -> Callable[..., Any]:
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls[name] += 1
+        return function(*args, **kwargs)
+
+    return counting
+
+
 def fp8_linear_choice(
     source: bytes,
     release: str,
     machine: Machine,
     deep_gemm_flags: Mapping[str, bool],
     backend: str = "auto",
+    called: dict[str, int] | None = None,
 ) -> str:
     """The block-FP8 linear function fp8_utils dispatches to, by name.
 
     Starts the way a server does: `initialize_fp8_gemm_config` (0.5.6.post2+) with
     `--fp8-gemm-backend` = `backend`, then `dispatch_w8a8_block_fp8_linear()`. The DeepGEMM
     wrapper it consults carries `deep_gemm_flags` (from `configurer_flags`, patched or not).
+    `called` names module functions to count the calls of on the way (name -> calls, filled in).
     """
     wrapper = types.ModuleType("deep_gemm_wrapper")
     wrapper.__dict__.update(deep_gemm_flags)
@@ -378,6 +388,8 @@ def fp8_linear_choice(
             runtime_context.get_exec = lambda: types.SimpleNamespace(kernel=server_args)
         namespace: dict[str, Any] = {"__name__": "fp8_utils_under_test"}
         exec(_compiled(source, "fp8_utils.py"), namespace)
+        for name in called or {}:
+            namespace[name] = _counted(namespace[name], name, called)
         initialize: Callable[..., None] | None = namespace.get("initialize_fp8_gemm_config")
         if initialize is not None:
             params = initialize.__code__.co_argcount
