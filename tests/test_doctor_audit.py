@@ -78,9 +78,30 @@ def _percent(real: int, reported: int) -> str:
     return f"{100 * real / reported:.1f}%"
 
 
+_COVERED = re.compile(r"\(covered: (?P<patch>[a-z0-9-]+)\)")
+
+
+def covered(text: str) -> dict[str, dict[Row, str | None]]:
+    """Each release's audited suspects -> the patch its "doctor says" cell names as covering it."""
+    sections = _sections(text)
+    found: dict[str, dict[Row, str | None]] = {}
+    for release in RELEASES:
+        rows: dict[Row, str | None] = {}
+        for line in sections[release]:
+            if line.startswith("| `"):
+                cells = _cells(line)
+                place = _PLACE.match(cells[0])
+                assert place
+                said = _COVERED.search(cells[1])
+                key = (f"sglang/{place['file']}", int(place["line"]), _code(place["code"]))
+                rows[key] = said["patch"] if said else None
+        found[release] = rows
+    return found
+
+
 @pytest.fixture(scope="module")
-def reported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[Row]]:
-    """What doctor lists as suspects on each release, in process, once per release."""
+def reported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[Row, str | None]]:
+    """What doctor lists as suspects on each release (-> covered_by), in process, once each."""
     from sglpatch import api
 
     folder = tmp_path_factory.mktemp("audit-trees")
@@ -89,21 +110,30 @@ def reported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[Row]]:
         site = wheels.full_tree(release, folder / release)
         diagnosis = api.diagnose(site).diagnosis
         found[release] = {
-            (s.finding.file, s.finding.line, _code(s.finding.code)) for s in diagnosis.suspects
+            (s.finding.file, s.finding.line, _code(s.finding.code)): s.covered_by
+            for s in diagnosis.suspects
         }
     return found
 
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_doctor_reports_exactly_the_audited_suspects(
-    reported: dict[str, set[Row]], release: str
+    reported: dict[str, dict[Row, str | None]], release: str
 ) -> None:
     rows = set(audited(AUDIT.read_text())[release])
-    got = reported[release]
+    got = set(reported[release])
     assert got == rows, (
         f"doctor's suspects on {release} changed: audit {sorted(got - rows)} in "
         f"docs/doctor-audit.md; no longer reported: {sorted(rows - got)}"
     )
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_covered_by_is_what_the_audit_says_doctor_says(
+    reported: dict[str, dict[Row, str | None]], release: str
+) -> None:
+    """The audit's reasons say where covered_by is right or wrong: the cell must be doctor's."""
+    assert reported[release] == covered(AUDIT.read_text())[release]
 
 
 def test_the_counts_are_the_rows() -> None:
@@ -134,11 +164,6 @@ def test_the_parser_sees_a_changed_row() -> None:
     assert set(audited(text.replace(first, moved))["0.5.9"]) != set(audited(text)["0.5.9"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue #20's bar is not met yet: the audit finds 54.5% of doctor's suspects real "
-    "(docs/doctor-audit.md, Counts); when doctor's judging reaches it, drop this mark",
-)
 def test_at_least_80_percent_of_the_suspects_are_real() -> None:
     table = counts(AUDIT.read_text())
     for row in (*RELEASES, "overall"):
