@@ -74,6 +74,9 @@ class Evaluator:
         # A test is asked about the same device several times (does it depend on the device,
         # which branch, which line): remembered per node, which lives as long as this scope.
         self._truths: dict[tuple[int, Device, bool], bool] = {}
+        # Likewise `branches`' texts of tests' leaves, and the branches a chain's leaves reach.
+        self.texts: dict[int, str] = {}
+        self.reached: dict[tuple[tuple[int, ...], tuple[object, ...]], list[int]] = {}
 
     def truth(self, node: ast.expr, device: Device, world: bool) -> bool:
         key = (id(node), device, world)
