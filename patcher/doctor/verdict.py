@@ -19,6 +19,7 @@ means no blockers and every file judged.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -121,7 +122,12 @@ def _read(
         scan = scanner.Scan(source, helpers, workers)  # git grep runs while the tree is listed
         workers.start(len(scan.listed))
         # Handed over first: loading libcst for the codemods is the largest piece of the work.
-        run = workers.run(coverage.check, package_dir, release, patches) if release else None
+        rescan = functools.partial(scanner.scan_bytes, helpers=helpers)
+        run = (
+            workers.run(coverage.check, package_dir, release, patches, _read_again, rescan)
+            if release
+            else None
+        )
         say("reading the EAGLE-3 workers")
         required = eagle3.requirements(source)  # while git grep runs
         scan.start()
@@ -134,6 +140,13 @@ def _read(
         findings = scan.result()
         checks = _ours(run.result(), patches) if run is not None else []
     return _Read(findings, checks, required, models, registered)
+
+
+def _read_again(before: bytes) -> bool:
+    """Whether doctor reads a pending patch's result for the file `before`: to scan it again
+    (`covered_by`, where the scanner can find a decision) or for a model's methods (where a
+    class is defined)."""
+    return scanner.could_decide(before) or b"class" in before
 
 
 def _judged(
