@@ -120,7 +120,7 @@ def _read(
     say("scanning capability gates")
     with pool.Pool() as workers:  # on an error, the workers are stopped, their work dropped
         scan = scanner.Scan(source, helpers, workers)  # git grep runs while the tree is listed
-        workers.start(len(scan.listed))
+        workers.start(scan.listed_up_to(pool.SMALL))
         # Handed over first: loading libcst for the codemods is the largest piece of the work.
         rescan = functools.partial(scanner.scan_bytes, helpers=helpers)
         run = (
