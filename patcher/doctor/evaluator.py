@@ -285,13 +285,10 @@ class Evaluator:
         for table in (self.local_aliases, self.module_aliases):
             if name not in table:
                 continue
-            values = {
-                repr(self._unpack(expr, index, device, world, depth)) for expr, index in table[name]
-            }
-            if len(values) != 1:
+            values = [self._unpack(e, index, device, world, depth) for e, index in table[name]]
+            if len({repr(value) for value in values}) != 1:
                 return None  # assigned differently in different places
-            expr, index = table[name][0]
-            return self._unpack(expr, index, device, world, depth)
+            return values[0]
         return None
 
     def _unpack(
