@@ -50,6 +50,10 @@ def diagnose(
         )
     finally:
         if collecting:
+            # What is left alive goes to the oldest generation untraversed: turned back on, the
+            # collector's first pass would otherwise walk all of it at the caller's next step.
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()
 
 
