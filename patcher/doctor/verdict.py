@@ -54,20 +54,20 @@ def diagnose(
     source = Source(package_dir)
     paths, names = _models_asked(source, model)
     helpers = devices.helpers_of(source)
-    read = _read(source, package_dir, release, patches, paths, names, helpers, say)
-    work = coverage.pending(read.checks)
-
-    covered = coverage.covered_by(
-        read.findings, work, _rescanner(source, helpers), lambda shown: _current(package_dir, shown)
-    )
-    reports = tuple(
-        _model_report(source, read.models, r, read.required, work)
-        for r in read.registered
-        if not r.excluded
-    )
+    with pool.Pool() as workers:  # on an error, the workers are stopped, their work dropped
+        read = _read(source, package_dir, release, patches, paths, names, helpers, say, workers)
+        workers.finish()  # they end while what they found is judged here
+        work = coverage.pending(read.checks)
+        covered = coverage.covered_by(
+            read.findings, work, _rescanner(source, helpers), lambda f: _current(package_dir, f)
+        )
+        reports = tuple(
+            _model_report(source, read.models, r, read.required, work)
+            for r in read.registered
+            if not r.excluded
+        )
+        every = _judged(read.findings, covered, release, capabilities)
     chosen = reports[0] if model is not None and len(reports) == 1 else None
-
-    every = _judged(read.findings, covered, release, capabilities)
     suspects = tuple(s for s in every if s.verdict in judged.LISTED)
     asked = _asked(package_dir, paths, read, quantization) if model is not None else None
     found = _sort(work, chosen, asked, release)
@@ -115,30 +115,30 @@ def _read(
     names: set[str] | None,
     helpers: dict[str, frozenset[int]],
     say: Progress,
+    workers: pool.Pool,
 ) -> _Read:
-    """The scan and the catalogue run in workers while this process reads the models."""
+    """The scan and the catalogue run in `workers` while this process reads the models."""
     say("scanning capability gates")
-    with pool.Pool() as workers:  # on an error, the workers are stopped, their work dropped
-        scan = scanner.Scan(source, helpers, workers)  # git grep runs while the tree is listed
-        workers.start(scan.listed_up_to(pool.SMALL))
-        # Handed over first: loading libcst for the codemods is the largest piece of the work.
-        rescan = functools.partial(scanner.scan_bytes, helpers=helpers)
-        run = (
-            workers.run(coverage.check, package_dir, release, patches, _read_again, rescan)
-            if release
-            else None
-        )
-        say("reading the EAGLE-3 workers")
-        required = eagle3.requirements(source)  # while git grep runs
-        scan.start()
-        say(f"reading {len(paths)} models module(s)")
-        models = census.load_models(source, paths)
-        registered = [
-            r for r in census.registered(source, models, paths) if not names or r.name in names
-        ]
-        say("running the catalogue in memory")
-        findings = scan.result()
-        checks = _ours(run.result(), patches) if run is not None else []
+    scan = scanner.Scan(source, helpers, workers)  # git grep runs while the tree is listed
+    workers.start(scan.listed_up_to(pool.SMALL))
+    # Handed over first: loading libcst for the codemods is the largest piece of the work.
+    rescan = functools.partial(scanner.scan_bytes, helpers=helpers)
+    run = (
+        workers.run(coverage.check, package_dir, release, patches, _read_again, rescan)
+        if release
+        else None
+    )
+    say("reading the EAGLE-3 workers")
+    required = eagle3.requirements(source)  # while git grep runs
+    scan.start()
+    say(f"reading {len(paths)} models module(s)")
+    models = census.load_models(source, paths)
+    registered = [
+        r for r in census.registered(source, models, paths) if not names or r.name in names
+    ]
+    say("running the catalogue in memory")
+    findings = scan.result()
+    checks = _ours(run.result(), patches) if run is not None else []
     return _Read(findings, checks, required, models, registered)
 
 
