@@ -129,6 +129,22 @@ def transform_module(
 ) -> tuple[FileChange | None, dict[str, Outcome]]:
     """`transform_source` on a file parsed already (`parse(source)`), which it leaves as it is:
     one parse serves every patch that is to be run on its own over the same file."""
+    patched, applied, outcomes = transform_tree(module, shown, patches, release, ours)
+    if patched is None:
+        return None, outcomes
+    return FileChange(shown, source, patched.bytes, applied), outcomes
+
+
+def transform_tree(
+    module: cst.Module,
+    shown: str,
+    patches: Sequence[Patch],
+    release: Version,
+    ours: Collection[str] = (),
+) -> tuple[cst.Module | None, tuple[str, ...], dict[str, Outcome]]:
+    """`transform_module` without writing out the new code: the patched tree (None when no
+    patch applied) and the ids applied, for a caller that renders the tree only when it reads
+    the result (writing out a large module costs as much as its transforms)."""
     outcomes: dict[str, Outcome] = {}
     applied: list[str] = []
     for patch in patches:
@@ -161,9 +177,7 @@ def transform_module(
             module = patched
             applied.append(patch.id)
             outcomes[patch.id] = Applied(patch.id, shown)
-    if not applied:
-        return None, outcomes
-    return FileChange(shown, source, module.bytes, tuple(applied)), outcomes
+    return (module if applied else None), tuple(applied), outcomes
 
 
 def _require_idempotent(patch: Patch, patched: cst.Module, release: Version) -> None:

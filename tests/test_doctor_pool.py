@@ -50,6 +50,18 @@ def test_a_worker_answers_what_the_checks_here_find(tree: Path) -> None:
     assert len(here) >= 9 and all(c.after for c in here)  # 0.5.9: nine files change
 
 
+@needs_pool
+def test_finished_workers_end_while_the_caller_goes_on_and_are_reaped_at_close() -> None:
+    with pool.Pool() as workers:
+        assert workers.start(pool.SMALL) and workers.executor is not None
+        assert workers.run(len, "abc").result() == 3
+        processes = list(workers.executor._processes.values())
+        workers.finish()
+        assert workers.run(len, "here").result() == 4  # no more workers: run here
+    assert processes and not any(p.is_alive() for p in processes)
+    assert workers.executor is None
+
+
 @pytest.mark.wheel
 @needs_pool
 def test_a_dead_worker_leaves_the_task_to_the_caller(tree: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -88,6 +90,11 @@ def doctor(
     Suspects (heuristic findings) block only with --strict. A release that cannot be read is
     exit 2 unless --version gives it.
     """
+    # doctor is the process's last work: at exit, what is left alive stays out of the
+    # collector's passes (tearing down the modules' cycles one by one took 20 ms, twice the
+    # rest of the exit); files are still flushed and closed by the interpreter.
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
     progress = _progress if _stderr_is_terminal() else None
     report = api.diagnose(
         target,

@@ -77,18 +77,24 @@ def reach(evaluator: Evaluator, tests: Sequence[ast.expr], device: Device) -> li
     when they are few: `if is_sm120_supported() and x: ... elif is_blackwell() and x:` sends
     12 to the first branch or past both, never to the second.
     """
-    leaves: dict[int, Tri] = {}
+    leaves: dict[int, Tri | str] = {}
     atoms: dict[str, None] = {}
     for test in tests:
         _atoms(evaluator, test, device, leaves, atoms)
+    # The answer follows from the leaves' truths alone: devices that agree on them share it.
+    known = (tuple(map(id, tests)), tuple(leaves.values()))
+    if known in evaluator.reached:
+        return evaluator.reached[known]
     if len(atoms) > _MOST_ATOMS:
-        return _reach_kleene(evaluator, tests, device)
-    found: set[int] = set()
-    for values in itertools.product((True, False), repeat=len(atoms)):
-        given = dict(zip(atoms, values, strict=True))
-        taken = next((i for i, test in enumerate(tests) if _given(test, leaves, given)), len(tests))
-        found.add(taken)
-    return sorted(found)
+        found = set(_reach_kleene(evaluator, tests, device))
+    else:
+        found = set()
+        for values in itertools.product((True, False), repeat=len(atoms)):
+            given = dict(zip(atoms, values, strict=True))
+            taken = (i for i, test in enumerate(tests) if _given(test, leaves, given))
+            found.add(next(taken, len(tests)))
+    evaluator.reached[known] = sorted(found)
+    return evaluator.reached[known]
 
 
 _MOST_ATOMS = 5  # unknown parts tried both ways together: 2**5 cases at most
@@ -98,35 +104,45 @@ def _atoms(
     evaluator: Evaluator,
     node: ast.expr,
     device: Device,
-    leaves: dict[int, Tri],
+    leaves: dict[int, Tri | str],
     atoms: dict[str, None],
 ) -> None:
+    """Each leaf's truth on `device`; an unknown one as its text, the same for every device."""
     if isinstance(node, ast.BoolOp):
         for value in node.values:
             _atoms(evaluator, value, device, leaves, atoms)
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         _atoms(evaluator, node.operand, device, leaves, atoms)
     else:
-        truth = leaves[id(node)] = tri(evaluator, node, device)
+        truth = tri(evaluator, node, device)
         if truth is None:
-            atoms[_key(node)] = None
+            key = _key(evaluator, node)
+            atoms[key] = None
+            leaves[id(node)] = key
+        else:
+            leaves[id(node)] = truth
 
 
-def _given(node: ast.expr, leaves: dict[int, Tri], given: dict[str, bool]) -> bool:
+def _given(node: ast.expr, leaves: dict[int, Tri | str], given: dict[str, bool]) -> bool:
     if isinstance(node, ast.BoolOp):
         parts = (_given(v, leaves, given) for v in node.values)
         return all(parts) if isinstance(node.op, ast.And) else any(parts)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         return not _given(node.operand, leaves, given)
     truth = leaves[id(node)]
-    return given[_key(node)] if truth is None else truth
+    return given[truth] if isinstance(truth, str) else bool(truth)
 
 
-def _key(node: ast.expr) -> str:
-    try:
-        return ast.unparse(node)
-    except (ValueError, AttributeError, RecursionError):
-        return str(id(node))
+def _key(evaluator: Evaluator, node: ast.expr) -> str:
+    """A leaf's text (unparsed once per scope: `ast.unparse` is slow)."""
+    key = evaluator.texts.get(id(node))
+    if key is None:
+        try:
+            key = ast.unparse(node)
+        except (ValueError, AttributeError, RecursionError):
+            key = str(id(node))
+        evaluator.texts[id(node)] = key
+    return key
 
 
 def _reach_kleene(evaluator: Evaluator, tests: Sequence[ast.expr], device: Device) -> list[int]:

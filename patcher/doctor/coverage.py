@@ -34,15 +34,39 @@ if TYPE_CHECKING:
 PLUGIN_TIME_LIMIT = 10.0  # seconds for one plugin patch on one file; the built-ins take 0.05
 
 
+Rescanner = Callable[[bytes, str], Sequence[Finding]]  # the scanner, on bytes of sglang/...
+Opcodes = Sequence[tuple[str, int, int, int, int]]  # difflib's, from the file's lines to after's
+
+
+class Rescan(NamedTuple):
+    """What `covered_by` reads of a patched file, worked out where the patch ran."""
+
+    findings: tuple[Finding, ...]  # the scanner's, in `after`
+    before: bytes  # the file the patch ran on
+    opcodes: Opcodes  # its lines to those of `after`
+
+
 class PatchCheck(NamedTuple):
     patch: Patch
     file: str  # sglang/...
     outcome: Outcome
-    after: bytes | None  # the file with this patch alone applied, when it has work
+    after: bytes | None  # the file with this patch alone applied, if it has work and is read
+    rescan: Rescan | None = None  # None: not worked out (no rescanner, or too deep to scan)
 
 
-def check(package_dir: Path, release: Version, patches: Sequence[Patch]) -> list[PatchCheck]:
-    """Every catalogue patch that is meant for this release, with its in-memory outcome."""
+def check(
+    package_dir: Path,
+    release: Version,
+    patches: Sequence[Patch],
+    read_again: Callable[[bytes], bool] | None = None,
+    rescan: Rescanner | None = None,
+) -> list[PatchCheck]:
+    """Every catalogue patch that is meant for this release, with its in-memory outcome.
+
+    `read_again(before)` says whether the caller reads a file's patched bytes (`after`); where
+    it says no, they are not written out. None: always. Given `rescan`, what `covered_by` needs
+    of `after` is worked out here too (in the pool's worker, beside the scan).
+    """
     from sglpatch import engine  # and libcst: in a worker, when the pool is open
 
     files: dict[str, _Parsed] = {}  # each file read and parsed once, for every patch on it
@@ -50,6 +74,7 @@ def check(package_dir: Path, release: Version, patches: Sequence[Patch]) -> list
     for patch in patches:
         limit = _TimeLimit(None if patch.origin == "built-in" else PLUGIN_TIME_LIMIT)
         shown = ""
+        parsed: _Parsed = None
         try:
             with limit:
                 relative = patch.package_file(release)
@@ -58,12 +83,15 @@ def check(package_dir: Path, release: Version, patches: Sequence[Patch]) -> list
                 shown = f"sglang/{relative}"
                 if relative not in files:
                     files[relative] = _parse(engine, package_dir / relative, shown)
-                found = _check(engine, files[relative], shown, release, patch)
+                parsed = files[relative]
+                found = _check(engine, parsed, shown, release, patch, read_again)
         except (PatchCrashed, _TooSlow):
             if not limit.expired:
                 raise
             why = f"stopped: its code ran longer than {PLUGIN_TIME_LIMIT:g} s"
             found = PatchCheck(patch, shown, Failed(patch.id, shown, why), None)
+        if found is not None and rescan is not None:
+            found = found._replace(rescan=_rescanned(found, parsed, rescan))
         if found is not None:
             checks.append(found)
     return checks
@@ -85,7 +113,12 @@ def _parse(engine: ModuleType, path: Path, shown: str) -> _Parsed:
 
 
 def _check(
-    engine: ModuleType, parsed: _Parsed, shown: str, release: Version, patch: Patch
+    engine: ModuleType,
+    parsed: _Parsed,
+    shown: str,
+    release: Version,
+    patch: Patch,
+    read_again: Callable[[bytes], bool] | None,
 ) -> PatchCheck | None:
     """The patch on its own over the parsed file, which stays as it was for the next patch."""
     if parsed is None:
@@ -94,11 +127,24 @@ def _check(
         return PatchCheck(patch, shown, Failed(patch.id, shown, parsed), None)
     before, module = parsed
     try:
-        change, outcomes = engine.transform_module(module, before, shown, [patch], release)
+        patched, _, outcomes = engine.transform_tree(module, shown, [patch], release)
+        after = None
+        if patched is not None and (read_again is None or read_again(before)):
+            after = patched.bytes
     except TOO_DEEP:
         return PatchCheck(patch, shown, Failed(patch.id, shown, f"{shown} {TOO_DEEP_WHY}"), None)
-    outcome = outcomes[patch.id]
-    return PatchCheck(patch, shown, outcome, change.after if change else None)
+    return PatchCheck(patch, shown, outcomes[patch.id], after)
+
+
+def _rescanned(check_: PatchCheck, parsed: _Parsed, rescan: Rescanner) -> Rescan | None:
+    if check_.after is None or parsed is None or isinstance(parsed, str):
+        return None
+    before = parsed[0]
+    try:
+        findings = tuple(rescan(check_.after, check_.file))
+    except TOO_DEEP:  # the caller scans it again, and notes why it cannot
+        return None
+    return Rescan(findings, before, _opcodes(before, check_.after))
 
 
 class _TooSlow(BaseException):
@@ -155,14 +201,16 @@ def covered_by(
     carried across the patch's edit (`_LineMap`); a patch covers it when the decision is gone
     or 12.0 or 12.1 gets something else there. An edit elsewhere in the same function does
     not. `read` gives a file's current bytes (sglang/...): without it, or when it cannot, a
-    finding is matched by what it says alone (its key).
+    finding is matched by what it says alone (its key). A check's `rescan` stands in for the
+    scan, and for the line map while the file is still the one the patch ran on.
     """
     by_file: Mapping[str, list[Finding]] = _group(findings)
     covered: dict[Finding, str] = {}
     for check_ in sorted(checks, key=lambda c: c.patch.id):
         if check_.after is None or check_.file not in by_file:
             continue
-        after = rescan(check_.after, check_.file)
+        known = check_.rescan
+        after = known.findings if known is not None else rescan(check_.after, check_.file)
         before = read(check_.file) if read is not None else None
         if before is None:
             remaining = _multiset(f.key for f in after)
@@ -172,7 +220,8 @@ def covered_by(
                 else:
                     covered.setdefault(finding, check_.patch.id)
             continue
-        lines = _LineMap(before, check_.after)
+        unchanged = known is not None and known.before == before  # else changed since: map here
+        lines = _LineMap(known.opcodes if known and unchanged else _opcodes(before, check_.after))
         for finding in by_file[check_.file]:
             first, last = lines.span(finding.head or finding.line)
             same = [
@@ -197,16 +246,19 @@ def _gives(finding: Finding) -> tuple[object, ...]:
     )
 
 
+def _opcodes(before: bytes, after: bytes) -> Opcodes:
+    import difflib
+
+    old = before.decode("utf-8", errors="replace").splitlines()
+    new = after.decode("utf-8", errors="replace").splitlines()
+    return difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+
+
 class _LineMap:
     """Lines of a file before an edit -> the lines they became after it."""
 
-    def __init__(self, before: bytes, after: bytes) -> None:
-        import difflib
-
-        old = before.decode("utf-8", errors="replace").splitlines()
-        new = after.decode("utf-8", errors="replace").splitlines()
-        matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-        self.opcodes = matcher.get_opcodes()
+    def __init__(self, opcodes: Opcodes) -> None:
+        self.opcodes = opcodes
 
     def span(self, line: int) -> tuple[int, int]:
         """The after-lines (first, last, 1-based) that line `line` became; (0, -1): deleted."""

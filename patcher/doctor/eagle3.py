@@ -65,7 +65,9 @@ def _judged(source: Source, path: Path, calls: Iterator[tuple[int, str]]) -> lis
 
 
 _TARGET_CALL = re.compile(r"(?:target_model|model_runner\s*\.\s*model)\s*\.\s*\w+\s*\(")
-_MODEL_CALL = re.compile(r"\bmodel\s*\.\s*\w+\s*\(")
+# `\bmodel` as a lookbehind after the literal: led by the literal, the search skips ahead to each
+# `model` (a leading `\b` is tried at every offset of the model runner's 100 kB, 10x slower).
+_MODEL_CALL = re.compile(r"model(?<!\wmodel)\s*\.\s*\w+\s*\(")
 
 
 def _calls_in(

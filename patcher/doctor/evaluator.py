@@ -74,16 +74,32 @@ class Evaluator:
         # A test is asked about the same device several times (does it depend on the device,
         # which branch, which line): remembered per node, which lives as long as this scope.
         self._truths: dict[tuple[int, Device, bool], bool] = {}
+        # Likewise `branches`' texts of tests' leaves, and the branches a chain's leaves reach.
+        self.texts: dict[int, str] = {}
+        self.reached: dict[tuple[tuple[int, ...], tuple[object, ...]], list[int]] = {}
+        # Whether the evaluation under way read the device, or the world (an unknown's truth).
+        self._read_device = self._read_world = False
 
     def truth(self, node: ast.expr, device: Device, world: bool) -> bool:
         key = (id(node), device, world)
         known = self._truths.get(key)
         if known is not None:
             return known
+        self._read_device = self._read_world = False
         value = self.value(node, device, world, 0)
-        truth = world if value is None or isinstance(value, CapabilityLike) else bool(value)
-        self._truths[key] = truth
+        truth = self._truth_of(value, world)
+        # Most tests read neither (a flag, `_is_cuda`): one evaluation answers for them all.
+        devices = (device,) if self._read_device else DEVICES
+        for other in devices:
+            for each in (world,) if self._read_world else (True, False):
+                self._truths[(id(node), other, each)] = truth
         return truth
+
+    def _truth_of(self, value: Value, world: bool) -> bool:
+        if value is None or isinstance(value, CapabilityLike):
+            self._read_world = True
+            return world
+        return bool(value)
 
     def depends_on_device(self, node: ast.expr) -> bool:
         return any(
@@ -166,7 +182,7 @@ class Evaluator:
             if probe is not None:
                 return self._probe(probe, device)
             # `version.major` is a library's; only capability-named attributes count
-            return CapabilityLike(device) if "capabilit" in node.attr.lower() else None
+            return self._capability_like(device) if "capabilit" in node.attr.lower() else None
         if isinstance(node, ast.IfExp):
             test = self.value(node.test, device, world, depth + 1)
             if test is None or isinstance(test, CapabilityLike):
@@ -204,18 +220,25 @@ class Evaluator:
         major, minor = device
         name = _last_name(node.func)
         if name == "get_device_capability":
+            self._read_device = True
             return (major, minor)
         if name == "get_device_sm":
+            self._read_device = True
             return major * 10 + minor
         if isinstance(node.func, ast.Name) and not node.args and not node.keywords:
             if name in PLATFORM:
                 return PLATFORM[name]
             majors = self._helper(name)
             if majors is not None:
+                self._read_device = True
                 return major in majors
         if "capabilit" in name.lower() and not node.args:
-            return CapabilityLike(device)
+            return self._capability_like(device)
         return None
+
+    def _capability_like(self, device: Device) -> CapabilityLike:
+        self._read_device = True
+        return CapabilityLike(device)
 
     def _name(self, name: str, device: Device, world: bool, depth: int) -> Value:
         """A platform flag, a name assigned in the scope, or one read by its spelling."""
@@ -246,32 +269,26 @@ class Evaluator:
         major, minor = device
         majors = self.helpers.get(PROBE + probe)
         if majors is not None:
+            self._read_device = True
             return major in majors
         if probe in PLATFORM:
             return PLATFORM[probe]
-        if PROBE_VALUES.get(probe) == "get_device_sm":
-            return major * 10 + minor
-        if PROBE_VALUES.get(probe) == "get_device_capability":
-            return (major, minor)
+        if PROBE_VALUES.get(probe) in ("get_device_sm", "get_device_capability"):
+            self._read_device = True
+            return major * 10 + minor if PROBE_VALUES[probe] == "get_device_sm" else (major, minor)
         return None
 
     def truth_at(self, node: ast.expr, device: Device, world: bool, depth: int) -> bool:
-        value = self.value(node, device, world, depth + 1)
-        if value is None or isinstance(value, CapabilityLike):
-            return world
-        return bool(value)
+        return self._truth_of(self.value(node, device, world, depth + 1), world)
 
     def _alias(self, name: str, device: Device, world: bool, depth: int) -> Value:
         for table in (self.local_aliases, self.module_aliases):
             if name not in table:
                 continue
-            values = {
-                repr(self._unpack(expr, index, device, world, depth)) for expr, index in table[name]
-            }
-            if len(values) != 1:
+            values = [self._unpack(e, index, device, world, depth) for e, index in table[name]]
+            if len({repr(value) for value in values}) != 1:
                 return None  # assigned differently in different places
-            expr, index = table[name][0]
-            return self._unpack(expr, index, device, world, depth)
+            return values[0]
         return None
 
     def _unpack(
@@ -289,11 +306,10 @@ class Evaluator:
     def _named(self, name: str, device: Device) -> Value:
         lowered = name.lower()
         if "capabilit" in lowered:
-            return CapabilityLike(device)
-        if lowered in _CAPABILITY_NAMES:
-            return device[0]
-        if lowered == "minor":
-            return device[1]
+            return self._capability_like(device)
+        if lowered in _CAPABILITY_NAMES or lowered == "minor":
+            self._read_device = True
+            return device[0] if lowered in _CAPABILITY_NAMES else device[1]
         return None
 
     def _compare(self, node: ast.Compare, device: Device, world: bool, depth: int) -> Value:

@@ -95,7 +95,7 @@ class Gates:
 
     def run(self, lines: Sequence[int]) -> Iterator[Finding]:
         self.wanted = lines
-        tested: set[str] = set()
+        tests: list[ast.expr] = []  # of every decision met: the names they read, when asked
         pending: list[tuple[Finding, set[str], Function | None]] = []
         for node, ancestors in walk_with_ancestors(self.tree, lines):
             if id(node) in self.seen:
@@ -108,8 +108,7 @@ class Gates:
             function = enclosing(ancestors)
             if self._unreachable(node, ancestors, function):
                 continue
-            for test in decision.tests:
-                tested |= {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+            tests += decision.tests
             finding = self._judge(node, decision, ancestors, function)
             if finding is None:
                 continue
@@ -117,11 +116,14 @@ class Gates:
                 self.refused_after.setdefault(id(function), finding.line)
             names = assigned(node)
             pending.append((finding, names, function))
+        tested: set[str] | None = None
         for finding, names, function in pending:
             refused = self.refused_after.get(id(function)) if function is not None else None
             if refused is not None and finding.line > refused and finding.kind != "refusal":
                 continue  # 12 never gets here: the function refused it above
-            if names and names & tested:
+            if names and tested is None:
+                tested = {n.id for t in tests for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if names and tested is not None and names & tested:
                 continue  # a flag tested in this file: reported where it is tested
             yield finding
 

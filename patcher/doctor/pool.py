@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
@@ -67,6 +68,8 @@ class Pool:
         self._tracked: set[subprocess.Popen[bytes]] = set()
         self._replaced: dict[int, Any] = {}
         self._owner = os.getpid()
+        # After `finish`: the thread that ends the workers, and the workers, for `close`.
+        self._ending: tuple[threading.Thread | None, list[Any]] | None = None
 
     def __enter__(self) -> Pool:
         for signum in _ENDING:
@@ -123,6 +126,16 @@ class Pool:
     def untrack(self, process: subprocess.Popen[bytes]) -> None:
         self._tracked.discard(process)
 
+    def finish(self) -> None:
+        """No more tasks: the workers are told to end now, and `close` waits for them (each
+        worker's exit, its memory given back, takes a few milliseconds the caller can use)."""
+        executor = self.executor
+        if executor is not None and self._ending is None:
+            # shutdown forgets the thread that ends the workers, and the workers
+            thread: threading.Thread | None = getattr(executor, "_executor_manager_thread", None)
+            self._ending = (thread, list(executor._processes.values()))
+            executor.shutdown(wait=False)
+
     def close(self, *, wait: bool = True) -> None:
         """End the workers: let them finish (`wait`), or cancel their work and kill them."""
         for process in list(self._tracked):  # not waited for: an error came first
@@ -131,13 +144,19 @@ class Pool:
                 process.wait()
             self._tracked.discard(process)
         executor, self.executor, self.size = self.executor, None, 0
-        if executor is None:
-            return
-        processes = list(executor._processes.values())  # shutdown forgets them
-        if wait:
-            executor.shutdown(wait=True)
+        ending, self._ending = self._ending, None
+        if ending is not None:
+            thread, processes = ending
+            if wait and thread is not None:
+                thread.join()  # it reaps the workers
+        elif executor is not None:
+            processes = list(executor._processes.values())  # shutdown forgets them
+            if wait:
+                executor.shutdown(wait=True)
+            else:
+                executor.shutdown(wait=False, cancel_futures=True)
         else:
-            executor.shutdown(wait=False, cancel_futures=True)
+            return
         _kill(processes)  # reaped already after a shutdown that waited; any left, here
 
     def _end(self, signum: int, frame: object) -> None:
@@ -145,7 +164,9 @@ class Pool:
         sees what it sees for any process a signal ends)."""
         if os.getpid() == self._owner:  # not in a worker forked before its handlers were reset
             executor = self.executor
-            if executor is not None:
+            if self._ending is not None:
+                _kill(self._ending[1])
+            elif executor is not None:
                 _kill(list(executor._processes.values()))
             for process in list(self._tracked):
                 with contextlib.suppress(OSError):

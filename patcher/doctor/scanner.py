@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import itertools
 import os
 import re
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from sglpatch.doctor import candidates, chunks, devices, gates, tables
 from sglpatch.doctor.findings import Finding
@@ -47,17 +48,31 @@ class Scan:
         self.helpers = helpers
         self.workers = workers or Pool()  # never started: every chunk runs here
         self._grep = _GitGrep(source, self.workers)  # runs while the tree is listed here
-        self.listed = _python_files(source)
+        self._listing = _python_files(source)
+        self._listed: list[tuple[str, str, bool]] = []
         self.jobs: list[tuple[str, str]] = []
         self.tasks: list[Task[Found]] = []
 
+    @property
+    def listed(self) -> list[tuple[str, str, bool]]:
+        """(path, shown, a symlink or not a regular file) of the tree's `.py` files."""
+        self._listed.extend(self._listing)
+        return self._listed
+
+    def listed_up_to(self, count: int) -> int:
+        """The `.py` files in the tree, counted up to `count`: whether to open the pool is known
+        before the rest are listed (by `start()`, while the pool's first task runs)."""
+        self._listed.extend(itertools.islice(self._listing, max(0, count - len(self._listed))))
+        return len(self._listed)
+
     def start(self) -> None:
+        listed = self.listed  # while git grep runs
         holding = self._grep.files()
         # git reads a symlink as its target's name, not its content, and skips what is not a
         # regular file: those are tested here (and the latter reported as not judged).
         self.jobs = [
             (path, shown)
-            for path, shown, unusual in self.listed
+            for path, shown, unusual in listed
             if holding is None or unusual or shown[len("sglang/") :] in holding
         ]
         self.tasks = [
@@ -161,29 +176,33 @@ class _GitGrep:
         return names
 
 
-def _python_files(source: Source) -> list[tuple[str, str, bool]]:
+def _python_files(source: Source) -> Iterator[tuple[str, str, bool]]:
     """(path, shown, a symlink or not a regular file) of the tree's `.py` files in the order of
     sorted Paths, tests and benchmarks left out. Plain strings from os.scandir, entries sorted by
     name as they are met (which is that order): a Path per file costs more than the byte tests.
-    The entry's type comes with the listing: telling them apart costs no call."""
-    found: list[tuple[str, str, bool]] = []
-
-    def visit(folder: str, shown: str) -> None:
-        try:
-            with os.scandir(folder) as listing:
-                entries = sorted(listing, key=lambda entry: entry.name)
-        except OSError:
-            return
-        for entry in entries:
+    The entry's type comes with the listing: telling them apart costs no call. A folder's
+    entries are taken up where they were left once its subfolder is done (pre-order)."""
+    folders = [_entries(str(source.package_dir), "sglang/")]
+    while folders:
+        for entry, shown in folders[-1]:
             if entry.is_dir(follow_symlinks=False):
                 if entry.name not in _NOT_SERVED:
-                    visit(entry.path, f"{shown}{entry.name}/")
+                    folders.append(_entries(entry.path, f"{shown}{entry.name}/"))
+                    break
             elif entry.name.endswith(".py") and not entry.name.startswith("test_"):
                 unusual = entry.is_symlink() or not entry.is_file(follow_symlinks=False)
-                found.append((entry.path, shown + entry.name, unusual))
+                yield entry.path, shown + entry.name, unusual
+        else:
+            folders.pop()
 
-    visit(str(source.package_dir), "sglang/")
-    return found
+
+def _entries(folder: str, shown: str) -> Iterator[tuple[os.DirEntry[str], str]]:
+    try:
+        with os.scandir(folder) as listing:
+            entries = sorted(listing, key=lambda entry: entry.name)
+    except OSError:
+        return iter(())
+    return ((entry, shown) for entry in entries)
 
 
 # SGLang ships its tests and benchmarks: they gate what they test, not what a server runs.
@@ -223,6 +242,11 @@ def scan_bytes(data: bytes, shown: str, helpers: Helpers) -> list[Finding]:
     if rows:
         found += tables.tables(tree, shown, source_lines)
     return sorted(set(found), key=lambda f: (f.line, f.kind))
+
+
+def could_decide(data: bytes) -> bool:
+    """Whether a file's bytes pass the byte tests: `scan_bytes` finds nothing in one that fails."""
+    return _has_row(data) or any(word in data for word in _WORDS)
 
 
 _ROW_KEY = b"10:"

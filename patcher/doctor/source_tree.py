@@ -98,7 +98,7 @@ def absolute_module(node: ast.ImportFrom, module: str) -> str | None:
 def from_imports(text: str, module: str) -> Iterator[tuple[str, list[tuple[str, str]]]]:
     """Each `from a import b as c` of a module's text: (absolute module, [(name, local name)]),
     read from its lines, not parsed: an import is a statement of its own, on lines of its own."""
-    for match in _FROM_IMPORT.finditer(text):
+    for match in _from_import_lines(text):
         level = len(match.group(1)) - len(match.group(1).lstrip("."))
         node = ast.ImportFrom(module=match.group(1).lstrip(".") or None, names=[], level=level)
         base = absolute_module(node, module)
@@ -128,6 +128,26 @@ def imported_modules(text: str, module: str) -> Iterator[str]:
 _FROM_IMPORT = re.compile(
     r"^[ \t]*from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.MULTILINE
 )
+# Where a `from ... import` starts: led by a literal, which the regex engine skips ahead to (a
+# pattern led by `^` is tried at every offset, several times slower over the models modules).
+_FROM_WORD = re.compile(r"from[ \t]+[.\w]+[ \t]+import[ \t]")
+
+
+def _from_import_lines(text: str) -> Iterator[re.Match[str]]:
+    """`_FROM_IMPORT.finditer(text)`, each match tried only where a line holds `from ... import`
+    after its indentation alone."""
+    position = 0
+    while (hit := _FROM_WORD.search(text, position)) is not None:
+        start = text.rfind("\n", 0, hit.start()) + 1
+        if start >= position and not text[start : hit.start()].strip(" \t"):
+            match = _FROM_IMPORT.match(text, start)
+            if match is not None:
+                yield match
+                position = match.end()
+                continue
+        position = hit.start() + 1
+
+
 _IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n]*)", re.MULTILINE)
 
 

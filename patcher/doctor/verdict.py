@@ -19,6 +19,7 @@ means no blockers and every file judged.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -63,21 +64,21 @@ def diagnose(
     source = Source(package_dir)
     paths, names = _models_asked(source, model)
     helpers = devices.helpers_of(source)
-    read = _read(source, package_dir, release, patches, paths, names, helpers, say)
-    read = read._replace(findings=_beside(read.findings, package_dir))
-    work = coverage.pending(read.checks)
-    covered, gone = _covered(source, helpers, read, work)
-    reports = tuple(
-        _model_report(source, read.models, r, read.required, work)
-        for r in read.registered
-        if not r.excluded
-    )
+    with pool.Pool() as workers:  # on an error, the workers are stopped, their work dropped
+        read = _read(source, package_dir, release, patches, paths, names, helpers, say, workers)
+        workers.finish()  # they end while what they found is judged here
+        work = coverage.pending(read.checks)
+        covered, gone = _covered(source, helpers, read, work)
+        reports = tuple(
+            _model_report(source, read.models, r, read.required, work)
+            for r in read.registered
+            if not r.excluded
+        )
+        every = [  # a patch in the tree keeps 12 out of the function holding it
+            s._replace(verdict=judged.HARMLESS) if s.finding in gone else s
+            for s in _judged(read.findings, covered, release, capabilities)
+        ]
     chosen = reports[0] if model is not None and len(reports) == 1 else None
-
-    every = [  # a patch in the tree keeps 12 out of the function holding it
-        s._replace(verdict=judged.HARMLESS) if s.finding in gone else s
-        for s in _judged(read.findings, covered, release, capabilities)
-    ]
     suspects = tuple(s for s in every if s.verdict in judged.LISTED)
     asked = _asked(package_dir, paths, read, quantization) if model is not None else None
     found = _sort(work, chosen, asked, release)
@@ -125,25 +126,30 @@ def _read(
     names: set[str] | None,
     helpers: dict[str, frozenset[int]],
     say: Progress,
+    workers: pool.Pool,
 ) -> _Read:
-    """The scan and the catalogue run in workers while this process reads the models."""
+    """The scan and the catalogue run in `workers` while this process reads the models."""
     say("scanning capability gates")
-    with pool.Pool() as workers:  # on an error, the workers are stopped, their work dropped
-        scan = scanner.Scan(source, helpers, workers)  # git grep runs while the tree is listed
-        workers.start(len(scan.listed))
-        # Handed over first: loading libcst for the codemods is the largest piece of the work.
-        run = workers.run(coverage.check, package_dir, release, patches) if release else None
-        say("reading the EAGLE-3 workers")
-        required = eagle3.requirements(source)  # while git grep runs
-        scan.start()
-        say(f"reading {len(paths)} models module(s)")
-        models = census.load_models(source, paths)
-        registered = [
-            r for r in census.registered(source, models, paths) if not names or r.name in names
-        ]
-        say("running the catalogue in memory")
-        findings = scan.result()
-        checks = _ours(run.result(), patches) if run is not None else []
+    scan = scanner.Scan(source, helpers, workers)  # git grep runs while the tree is listed
+    workers.start(scan.listed_up_to(pool.SMALL))
+    # Handed over first: loading libcst for the codemods is the largest piece of the work.
+    rescan = functools.partial(_scan_beside, helpers=helpers, package_dir=package_dir)
+    run = (
+        workers.run(coverage.check, package_dir, release, patches, _read_again, rescan)
+        if release
+        else None
+    )
+    say("reading the EAGLE-3 workers")
+    required = eagle3.requirements(source)  # while git grep runs
+    scan.start()
+    say(f"reading {len(paths)} models module(s)")
+    models = census.load_models(source, paths)
+    registered = [
+        r for r in census.registered(source, models, paths) if not names or r.name in names
+    ]
+    say("running the catalogue in memory")
+    findings = _beside(scan.result(), package_dir)
+    checks = _ours(run.result(), patches) if run is not None else []
     return _Read(findings, checks, required, models, registered)
 
 
@@ -165,6 +171,26 @@ def _covered(
     for finding, patch_id in unreached.covered(read.findings, work, current).items():
         covered.setdefault(finding, patch_id)
     return covered, unreached.settled(read.findings, read.checks, current)
+
+
+def _beside(findings: Sequence[Finding], package_dir: Path) -> list[Finding]:
+    """The tables their own module never reads, judged by the modules beside them."""
+    found = (tables.beside(f, package_dir) for f in findings)
+    return [f for f in found if f is not None]
+
+
+def _scan_beside(
+    data: bytes, shown: str, helpers: dict[str, frozenset[int]], package_dir: Path
+) -> list[Finding]:
+    """A patched file scanned in memory (in a worker, for coverage), tables judged as above."""
+    return _beside(scanner.scan_bytes(data, shown, helpers), package_dir)
+
+
+def _read_again(before: bytes) -> bool:
+    """Whether doctor reads a pending patch's result for the file `before`: to scan it again
+    (`covered_by`, where the scanner can find a decision) or for a model's methods (where a
+    class is defined)."""
+    return scanner.could_decide(before) or b"class" in before
 
 
 def _judged(
@@ -211,12 +237,6 @@ def _models_asked(source: Source, model: str | None) -> tuple[list[Path], set[st
     return sorted(census.models_folder(source).glob("*.py")), None
 
 
-def _beside(findings: Sequence[Finding], package_dir: Path) -> list[Finding]:
-    """The tables their own module never reads, judged by the modules beside them."""
-    found = (tables.beside(f, package_dir) for f in findings)
-    return [f for f in found if f is not None]
-
-
 def _rescanner(
     source: Source, helpers: dict[str, frozenset[int]], package_dir: Path
 ) -> Callable[[bytes, str], list[Finding]]:
@@ -224,7 +244,7 @@ def _rescanner(
 
     def rescan(data: bytes, shown: str) -> list[Finding]:
         try:
-            return _beside(scanner.scan_bytes(data, shown, helpers), package_dir)
+            return _scan_beside(data, shown, helpers, package_dir)
         except TOO_DEEP:  # the patched file: what the patch covers there is unknown
             source.note(shown, f"{TOO_DEEP_WHY} (once patched)")
             return []
