@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.support import wheels
+from tests.support import parsing, wheels
 
 # The user's own home, before the session moves HOME away from it (see `_isolate_the_session`).
 REAL_HOME = Path.home()
@@ -64,6 +64,14 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     except OSError:
         return None
     return True if "\npytestmark = pytest.mark.wheel\n" in text else None
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _shared_parses() -> Iterator[None]:
+    """A source parsed once in this process serves every later parse of the same bytes
+    (`tests/support/parsing.py`: why that proves the same; `parsing.afresh()` opts out)."""
+    with parsing.shared():
+        yield
 
 
 @pytest.fixture(autouse=True)
