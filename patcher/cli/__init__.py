@@ -7,6 +7,7 @@ colour and diffs in `output`, and the one error handler in `errors`.
 
 from __future__ import annotations
 
+import atexit
 import sys
 
 from sglpatch.cli import apply, catalogue, doctor, revert, status  # noqa: F401 - they register
@@ -24,6 +25,7 @@ app.registered_commands.sort(
 
 
 def main() -> None:
+    atexit.register(doctor.freeze_if_ran)  # this process ends when the command does
     try:
         app()
     except KeyboardInterrupt:  # before or after a command's own handler (typer building it)
