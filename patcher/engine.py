@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from packaging.version import Version
 
+from sglpatch import collector, elision
 from sglpatch.lazy import lazy_import
 from sglpatch.patch import (
     EXPECTED,
@@ -66,13 +67,14 @@ def plan(
         else:
             by_file.setdefault(package_path, []).append(patch)
     changes = []
-    for package_path, file_patches in by_file.items():
-        change, file_outcomes = _patch_file(
-            target, package_path, file_patches, release, ours, sources or {}
-        )
-        outcomes.update(file_outcomes)
-        if change is not None:
-            changes.append(change)
+    with collector.paused():
+        for package_path, file_patches in by_file.items():
+            change, file_outcomes = _patch_file(
+                target, package_path, file_patches, release, ours, sources or {}
+            )
+            outcomes.update(file_outcomes)
+            if change is not None:
+                changes.append(change)
     return Plan(tuple(outcomes[p.id] for p in patches), tuple(changes))
 
 
@@ -102,10 +104,15 @@ def transform_source(
     ours: Collection[str] = (),
 ) -> tuple[FileChange | None, dict[str, Outcome]]:
     """Run `patches` in turn over one file's bytes; `shown` names the file in results."""
-    module = parse(source)
-    if isinstance(module, str):
-        return None, {p.id: Failed(p.id, shown, module) for p in patches}
-    return transform_module(module, source, shown, patches, release, ours)
+    parsed = parse_for(source, patches, release)
+    if isinstance(parsed, Parsed) and parsed.cut is not None:
+        done = _in_part(parsed, shown, patches, release, ours)
+        if done is not None:
+            return done
+        parsed = whole(parsed)
+    if isinstance(parsed, str):
+        return None, {p.id: Failed(p.id, shown, parsed) for p in patches}
+    return transform_module(parsed.module, source, shown, patches, release, ours)
 
 
 def parse(source: bytes) -> cst.Module | str:
@@ -117,6 +124,96 @@ def parse(source: bytes) -> cst.Module | str:
         return parse_module(source)
     except syntax_error as error:
         return f"syntax error at line {error.raw_line}: {error.message}"
+
+
+class Parsed(NamedTuple):
+    """A file parsed for the patches that run over it; `cut`: the statements left out of
+    `module` (`elision`), None when it is the whole file."""
+
+    source: bytes
+    module: cst.Module
+    cut: elision.Elided | None = None
+
+    def bytes_of(self, patched: cst.Module) -> bytes | None:
+        """The file's bytes once patched (`patched` is `module` transformed); None: the
+        statements left out cannot be put back (parse it `whole` and run again)."""
+        return patched.bytes if self.cut is None else elision.splice(self.cut, patched.bytes)
+
+
+def parse_for(source: bytes, patches: Sequence[Patch], release: Version) -> Parsed | str:
+    """`parse`, of only the definitions `patches` read on `release` when each says which
+    (`Patch.reads`); a str: why the file cannot be parsed."""
+    names: set[str] = set()
+    for patch in patches:
+        reads = patch.reads_on(release)
+        if reads is None:
+            names.clear()
+            break
+        names |= reads
+    cut = elision.elide(source, names) if names else None
+    if cut is not None:
+        module = parse(cut.text)
+        if not isinstance(module, str):
+            return Parsed(source, module, cut)
+    module = parse(source)
+    return module if isinstance(module, str) else Parsed(source, module)
+
+
+def whole(parsed: Parsed) -> Parsed | str:
+    """The file of `parsed` parsed whole."""
+    if parsed.cut is None:
+        return parsed
+    module = parse(parsed.source)
+    return module if isinstance(module, str) else Parsed(parsed.source, module)
+
+
+def run_alone(
+    parsed: Parsed, shown: str, patch: Patch, release: Version, render: bool = True
+) -> tuple[Outcome, bytes | None, Parsed | str]:
+    """One patch on its own over `parsed` (left as it is): its outcome, with `render` the file's
+    bytes once it applied, and the parse for the next patch. A file parsed in part is parsed
+    whole, and the patch run again, where the part cannot answer for it: the patch failed or
+    raised there, or its statements cannot be put back."""
+    if parsed.cut is not None:
+        try:
+            patched, _, outcomes = transform_tree(parsed.module, shown, [patch], release)
+        except Exception:  # whatever the part raises, the whole file decides
+            patched, outcomes = None, {}
+        outcome = outcomes.get(patch.id)
+        if outcome is not None and not isinstance(outcome, Failed):
+            after = parsed.bytes_of(patched) if patched is not None and render else None
+            if after is not None or patched is None or not render:
+                return outcome, after, parsed
+        again = whole(parsed)
+        if isinstance(again, str):
+            return Failed(patch.id, shown, again), None, again
+        parsed = again
+    patched, _, outcomes = transform_tree(parsed.module, shown, [patch], release)
+    after = patched.bytes if patched is not None and render else None
+    return outcomes[patch.id], after, parsed
+
+
+def _in_part(
+    parsed: Parsed,
+    shown: str,
+    patches: Sequence[Patch],
+    release: Version,
+    ours: Collection[str],
+) -> tuple[FileChange | None, dict[str, Outcome]] | None:
+    """`transform_source` over a file parsed in part; None where it cannot stand for the whole
+    file (as `run_alone`)."""
+    try:
+        patched, applied, outcomes = transform_tree(parsed.module, shown, patches, release, ours)
+    except Exception:  # whatever the part raises, the whole file decides
+        return None
+    if any(isinstance(o, Failed) for o in outcomes.values()):
+        return None
+    if patched is None:
+        return None, outcomes
+    after = parsed.bytes_of(patched)
+    if after is None:
+        return None
+    return FileChange(shown, parsed.source, after, applied), outcomes
 
 
 def transform_module(

@@ -185,6 +185,12 @@ class Patch(ABC, metaclass=_Declared):
                          in, where it fixes a decision by changing its input in another
                          function (doctor then counts the decisions inside them as covered);
                          its tests must prove it by running the release's code
+      reads              the definitions of its file it reads and edits: top-level `def` and
+                         `class` names, or `Class.method` (a `ByRelease` table where they
+                         differ); the engine then parses only those, with the rest of the
+                         file's statements around them (`elision`). None: the whole file. The
+                         matrix test runs each such patch both ways on every release and
+                         compares the outcomes and the bytes
     and implement `transform` and `postcondition`. `target_file` reads `files`; a patch whose
     file is not a table of releases overrides `target_file` instead.
     """
@@ -198,6 +204,7 @@ class Patch(ABC, metaclass=_Declared):
     concerns: ClassVar[Concerns] = Concerns()
     effect: ClassVar[Effect | ByRelease[Effect]] = Effect.RUN
     unreached_on_12: ClassVar[tuple[str, ...]] = ()
+    reads: ClassVar[tuple[str, ...] | ByRelease[tuple[str, ...]] | None] = None
     # Where the catalogue found the patch ("built-in", a plugin's name or a folder); set on load.
     origin: str = "built-in"
 
@@ -230,6 +237,16 @@ class Patch(ABC, metaclass=_Declared):
             declared = self.effect
             effect = declared.get(release) if isinstance(declared, ByRelease) else declared
             return effect if isinstance(effect, Effect) else Effect.RUN
+
+    def reads_on(self, release: Version) -> frozenset[str] | None:
+        """`reads` for `release`; None (the whole file) without a row, or for a value that is
+        not a tuple of names."""
+        with blame(self):
+            declared = self.reads
+            names = declared.get(release) if isinstance(declared, ByRelease) else declared
+        if not isinstance(names, tuple) or not names or not all(isinstance(n, str) for n in names):
+            return None
+        return frozenset(names)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

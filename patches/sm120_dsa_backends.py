@@ -128,6 +128,14 @@ SHAPES = ByRelease(
         ),
     }
 )
+# The two functions of each release's shape, all the patch reads (`Patch.reads`).
+READS = ByRelease(
+    {
+        str(spec): tuple(n if shape.owner is None else f"{shape.owner}.{n}" for n in names)
+        for spec, shape in SHAPES.rows.items()
+        for names in [(shape.split, shape.kv_default)]
+    }
+)
 # Whether the release's CUDA TileLang DSA kernels read only a bfloat16 KV cache (0.5.23 added a
 # CUDA FP8-KV kernel, `sparse_mla_fwd_decode_partial_fp8`, and "CUDA TileLang FP8 KV requires
 # SM89 or newer").
@@ -250,6 +258,7 @@ class Sm120DsaBackends(Patch):
     tested = TESTED
     files = TARGET
     concerns = Concerns(architectures=DSA_ARCHITECTURES)
+    reads = READS
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         shape = _shape(release)

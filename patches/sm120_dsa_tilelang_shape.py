@@ -106,6 +106,7 @@ class Sm120DsaTilelangShape(Patch):
     tested = TESTED
     files = TARGET
     concerns = Concerns(architectures=DSA_ARCHITECTURES)
+    reads = (FUNCTION, V1)
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         if SM120_TEST in module.code_for_node(cst_tools.find_function(module, FUNCTION)):

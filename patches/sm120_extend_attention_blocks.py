@@ -73,6 +73,7 @@ class Sm120ExtendAttentionBlocks(Patch):
     tested = TESTED
     fixed_upstream_in = Version("0.5.9")
     files = FILE
+    reads = ByRelease({str(spec): (name,) for spec, name in CHOOSER.rows.items()})
 
     def _chooser(self, module: cst.Module, release: Version) -> cst.FunctionDef:
         name = CHOOSER.get(release)

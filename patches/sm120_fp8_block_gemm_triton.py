@@ -123,6 +123,7 @@ class Sm120Fp8BlockGemmTriton(Patch):
     fixed_upstream_in = Version("0.5.10")
     files = FP8_UTILS
     concerns = Concerns(quantization=("fp8",))
+    reads = (FUNCTION,)
     # `auto` never reaches the dispatcher on 12 (tests/patches/test_sm120_fp8_block_gemm_triton.py)
     unreached_on_12 = ("_dispatch_auto_backend",)
 

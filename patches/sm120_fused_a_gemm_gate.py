@@ -66,6 +66,7 @@ class Sm120FusedAGemmGate(Patch):
     fixed_upstream_in = Version("0.5.4.post2")
     files = MODEL
     concerns = Concerns(uses=("sglang.srt.models.deepseek_v2",))
+    reads = (f"{CLASS}.__init__",)
 
     def _flag_value(self, module: cst.Module) -> cst.BaseExpression:
         init = cst_tools.methods(cst_tools.find_class(module, CLASS)).get("__init__")

@@ -170,6 +170,7 @@ class Sm120Nvfp4MoeCheckpointQuant(Patch):
     tested = TESTED
     files = FILES
     concerns = Concerns(quantization=(FP4,))
+    reads = ByRelease({">=0.5.13,<0.5.15": (f"ServerArgs.{METHOD}",), ">=0.5.15": (PASS,)})
 
     def _scope(self, module: cst.Module, release: Version) -> cst.CSTNode:
         # The branch's own function, not the module: walking every node of the 1,500-line

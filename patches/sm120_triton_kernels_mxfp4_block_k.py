@@ -119,6 +119,7 @@ class Sm120TritonKernelsMxfp4BlockK(Patch):
     fixed_upstream_in = Version("0.5.10")
     files = TARGET
     concerns = Concerns(architectures=("GptOssForCausalLM",), quantization=("mxfp4",))
+    reads = (FUNCTION,)
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         function = _swizzle(module)

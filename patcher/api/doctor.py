@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sglpatch import catalogue
+from sglpatch import catalogue, collector
 from sglpatch.errors import UsageError
 from sglpatch.reading import read_regular
 from sglpatch.reports import DoctorReport
@@ -40,21 +39,10 @@ def diagnose(
     "ready" could not be known. `capability` ("12.0" or "12.1") asks about one part; None:
     both.
     """
-    # doctor builds a few million short-lived objects (syntax trees, libcst's among them) and
-    # no cycle worth collecting: the collector's passes over them were a tenth of its time.
-    collecting = gc.isenabled()
-    gc.disable()  # the pool's workers are forked with it off too
-    try:
+    with collector.paused(settle=True):
         return _diagnose(
             target_path, model, catalog, model_path, strict, progress, version, capability
         )
-    finally:
-        if collecting:
-            # What is left alive goes to the oldest generation untraversed: turned back on, the
-            # collector's first pass would otherwise walk all of it at the caller's next step.
-            gc.freeze()
-            gc.unfreeze()
-            gc.enable()
 
 
 def _diagnose(

@@ -18,7 +18,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Union
 
 from packaging.version import Version
 
@@ -29,7 +29,7 @@ from sglpatch.patch import Patch
 from sglpatch.results import Applied, Failed, Outcome
 
 if TYPE_CHECKING:
-    import libcst as cst
+    from sglpatch.engine import Parsed
 
 PLUGIN_TIME_LIMIT = 10.0  # seconds for one plugin patch on one file; the built-ins take 0.05
 
@@ -69,6 +69,7 @@ def check(
     """
     from sglpatch import engine  # and libcst: in a worker, when the pool is open
 
+    on_file = _by_file(patches, release)
     files: dict[str, _Parsed] = {}  # each file read and parsed once, for every patch on it
     checks = []
     for patch in patches:
@@ -82,9 +83,10 @@ def check(
                     continue
                 shown = f"sglang/{relative}"
                 if relative not in files:
-                    files[relative] = _parse(engine, package_dir / relative, shown)
-                parsed = files[relative]
-                found = _check(engine, parsed, shown, release, patch, read_again)
+                    path = package_dir / relative
+                    files[relative] = _parse(engine, path, shown, on_file, release)
+                found, parsed = _check(engine, files[relative], shown, release, patch, read_again)
+                files[relative] = parsed
         except (PatchCrashed, _TooSlow):
             if not limit.expired:
                 raise
@@ -97,19 +99,42 @@ def check(
     return checks
 
 
-# A file's bytes and its module; why it cannot be patched; None: the release lacks the module.
-_Parsed = tuple[bytes, "cst.Module"] | str | None
+# A file parsed for its patches; why it cannot be patched; None: the release lacks the module.
+_Parsed = Union["Parsed", str, None]
 
 
-def _parse(engine: ModuleType, path: Path, shown: str) -> _Parsed:
+def _by_file(patches: Sequence[Patch], release: Version) -> dict[str, list[Patch]]:
+    """The patches with work on each file: the file is parsed for what they read together. With
+    a plugin's patch in the catalogue, none: every file is parsed whole (its code runs only
+    under the time limit, and may edit any file)."""
+    found: dict[str, list[Patch]] = {}
+    if any(patch.origin != "built-in" for patch in patches):
+        return found
+    for patch in patches:
+        if patch.fixed_upstream(release):
+            continue
+        relative = patch.package_file(release)
+        if relative is not None:
+            found.setdefault(relative, []).append(patch)
+    return found
+
+
+def _parse(
+    engine: ModuleType,
+    path: Path,
+    shown: str,
+    on_file: Mapping[str, Sequence[Patch]],
+    release: Version,
+) -> _Parsed:
     before, why = read_file(path)
     if before is None:
         return None if why is None else f"{shown} {why}"  # None: an optional part not installed
+    relative = shown[len("sglang/") :]
     try:
-        module = engine.parse(before)
+        parsed: Parsed | str = engine.parse_for(before, on_file.get(relative, ()), release)
     except TOO_DEEP:
         return f"{shown} {TOO_DEEP_WHY}"
-    return module if isinstance(module, str) else (before, module)  # str: a syntax error
+    return parsed  # str: a syntax error
 
 
 def _check(
@@ -119,27 +144,26 @@ def _check(
     release: Version,
     patch: Patch,
     read_again: Callable[[bytes], bool] | None,
-) -> PatchCheck | None:
-    """The patch on its own over the parsed file, which stays as it was for the next patch."""
+) -> tuple[PatchCheck | None, _Parsed]:
+    """The patch on its own over the parsed file, which stays as it was for the next patch
+    (parsed whole from here on if the part parsed could not answer): its check, and the file."""
     if parsed is None:
-        return None
+        return None, None
     if isinstance(parsed, str):
-        return PatchCheck(patch, shown, Failed(patch.id, shown, parsed), None)
-    before, module = parsed
+        return PatchCheck(patch, shown, Failed(patch.id, shown, parsed), None), parsed
+    render = read_again is None or read_again(parsed.source)
     try:
-        patched, _, outcomes = engine.transform_tree(module, shown, [patch], release)
-        after = None
-        if patched is not None and (read_again is None or read_again(before)):
-            after = patched.bytes
+        outcome, after, parsed = engine.run_alone(parsed, shown, patch, release, render)
     except TOO_DEEP:
-        return PatchCheck(patch, shown, Failed(patch.id, shown, f"{shown} {TOO_DEEP_WHY}"), None)
-    return PatchCheck(patch, shown, outcomes[patch.id], after)
+        why = f"{shown} {TOO_DEEP_WHY}"
+        return PatchCheck(patch, shown, Failed(patch.id, shown, why), None), parsed
+    return PatchCheck(patch, shown, outcome, after), parsed
 
 
 def _rescanned(check_: PatchCheck, parsed: _Parsed, rescan: Rescanner) -> Rescan | None:
     if check_.after is None or parsed is None or isinstance(parsed, str):
         return None
-    before = parsed[0]
+    before = parsed.source
     try:
         findings = tuple(rescan(check_.after, check_.file))
     except TOO_DEEP:  # the caller scans it again, and notes why it cannot
