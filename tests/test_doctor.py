@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from sglpatch import api, catalogue, cli
 from sglpatch.cli import app
-from sglpatch.doctor import coverage, devices, pool, scanner
+from sglpatch.doctor import candidates, coverage, devices, pool, scanner
 from sglpatch.doctor.source_tree import Source
 from sglpatch.errors import CatalogueError, ExitCode
 from sglpatch.results import Applied
@@ -622,11 +622,40 @@ def test_git_grep_picks_the_files_the_byte_tests_would(
     assert scanner._GitGrep(source).files() is None
     every = scanner.Scan(source, helpers)
     every.start()
-    assert len(picked.jobs) < len(every.jobs) / 4  # most files hold none of the words
-    rejected = set(every.jobs) - set(picked.jobs)
-    for path, shown in rejected:  # what git left out, the byte tests reject
+    picked_files = {(path, shown) for path, shown, _ in picked.jobs}
+    every_files = {(path, shown) for path, shown, hits in every.jobs if hits is None}
+    assert len(picked_files) < len(every_files) / 4  # most files hold none of the words
+    for path, shown in every_files - picked_files:  # what git left out, the byte tests reject
         assert scanner.scan_bytes(Path(path).read_bytes(), shown, helpers) == [], shown
     assert picked.result() == every.result()
+
+
+@pytest.mark.wheel
+@pytest.mark.parametrize("release", ["0.5.9", "0.5.23"])
+def test_git_greps_lines_are_the_keyword_lines_python_finds(
+    trees: dict[str, Path], release: str
+) -> None:
+    """File by file, the lines git grep reports give what the passes through the bytes give:
+    the same keyword lines, the same files left unread, the same findings."""
+    source = Source(trees[release] / "sglang")
+    helpers = devices.helpers_of(source)
+    hits = scanner._GitGrep(source).files()
+    if hits is None:
+        pytest.skip("no git here: every file is read in Python anyway")
+    unread = 0
+    for path, shown, _ in scanner._python_files(source):
+        data = Path(path).read_bytes()
+        starts, lines = candidates.Starts(data), data.decode(errors="replace").splitlines()
+        found = scanner.scan_bytes(data, shown, helpers)
+        reported = hits.get(shown[len("sglang/") :])
+        planned = scanner._planned(tuple(reported or ()))
+        if planned is None:
+            unread += reported is not None
+            assert found == [], shown
+            continue
+        assert planned == candidates.keyword_lines(data, starts, lines), shown
+        assert scanner.scan_bytes(data, shown, helpers, planned) == found, shown
+    assert unread > 50  # files git reports that hold no gate: never read
 
 
 def test_git_grep_that_names_files_from_the_repository_top_is_not_used(tmp_path: Path) -> None:
@@ -639,7 +668,8 @@ def test_git_grep_that_names_files_from_the_repository_top_is_not_used(tmp_path:
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     subprocess.run(["git", "-C", str(repo), "config", "grep.fullName", "true"], check=True)
     grep = scanner._GitGrep(Source(package))
-    assert grep.files() == {"srt/a.py"}  # --no-full-name wins over the repository's config
+    found = grep.files()  # --no-full-name wins over the repository's config
+    assert found == {"srt/a.py": [(1, b"if is_sm100_supported():")]}
     assert scanner._GitGrep(Source(package)).root == package
     grep = scanner._GitGrep(Source(package))
     assert grep.process is not None

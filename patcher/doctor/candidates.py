@@ -38,35 +38,18 @@ _ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w, ()]*?)\s*=(?!=)")
 
 # Each is a pass through the file. `_with_cuda` stands for is_hopper_with_cuda_12_3 and
 # is_ampere_with_cuda_12_3 (one pass for the two).
-_KEYWORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"device_sm", b"_with_cuda",
-             b"major", b"get_platform()")  # fmt: skip
+KEYWORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"device_sm", b"_with_cuda",
+            b"major", b"get_platform()")  # fmt: skip
 
 
 def keyword_lines(data: bytes, starts: Starts, lines: Sequence[str]) -> list[int]:
     """Code lines holding a capability word: bytes.find beats one alternation regex by far."""
     offsets = []
-    for word in _KEYWORDS:
+    for word in KEYWORDS:
         index = data.find(word)
         while index != -1:
             end = index + len(word)
-            if word == b"major":
-                whole = not (index and _WORD_BYTE.match(data, index - 1)) and not _WORD_BYTE.match(
-                    data, end
-                )
-            elif word == b"is_sm":
-                whole = data[end : end + 1].isdigit()
-            elif word == b"device_sm":  # get_device_sm(), get_platform().device_sm; not _count
-                whole = not _WORD_BYTE.match(data, end)
-            elif word == b"_with_cuda":
-                whole = data.endswith((b"hopper", b"ampere"), 0, index)
-            elif word in (b"apabilit", b"APABILIT"):
-                # capability, CAPABILITY_x: not capabilities, not a class like CapabilityRequirement
-                whole = (
-                    data[end : end + 1] in (b"y", b"Y") and not data[end + 1 : end + 2].isalpha()
-                )
-            else:
-                whole = True
-            if not whole:  # the next one on this line may be
+            if not _whole(data, word, index):  # the next one on this line may be
                 index = data.find(word, end)
                 continue
             offsets.append(index)
@@ -75,6 +58,43 @@ def keyword_lines(data: bytes, starts: Starts, lines: Sequence[str]) -> list[int
                 break
             index = data.find(word, newline)
     return sorted({n for n in starts.lines(iter(offsets)) if _evaluable(lines[n - 1])})
+
+
+def hit_lines(hits: Sequence[tuple[int, bytes]]) -> list[int]:
+    """`keyword_lines` of a file from the lines `git grep` found holding a keyword (line
+    number, line): the same lines, with no pass through the file."""
+    return [
+        number
+        for number, line in hits
+        if any(_holds(line, word) for word in KEYWORDS)
+        and _evaluable(line.decode("utf-8", errors="replace").rstrip("\r"))
+    ]
+
+
+def _holds(line: bytes, word: bytes) -> bool:
+    index = line.find(word)
+    while index != -1:
+        if _whole(line, word, index):
+            return True
+        index = line.find(word, index + len(word))
+    return False
+
+
+def _whole(data: bytes, word: bytes, index: int) -> bool:
+    """Whether `word` at `index` is the capability word, not part of another."""
+    end = index + len(word)
+    if word == b"major":
+        return not (index and _WORD_BYTE.match(data, index - 1)) and not _WORD_BYTE.match(data, end)
+    if word == b"is_sm":
+        return data[end : end + 1].isdigit()
+    if word == b"device_sm":  # get_device_sm(), get_platform().device_sm; not _count
+        return not _WORD_BYTE.match(data, end)
+    if word == b"_with_cuda":
+        return data.endswith((b"hopper", b"ampere"), 0, index)
+    if word in (b"apabilit", b"APABILIT"):
+        # capability, CAPABILITY_x: not capabilities, not a class like CapabilityRequirement
+        return data[end : end + 1] in (b"y", b"Y") and not data[end + 1 : end + 2].isalpha()
+    return True
 
 
 _WORD_BYTE = re.compile(rb"\w")

@@ -26,6 +26,8 @@ from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, read_fil
 _WORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"device_sm")
 
 Helpers = Mapping[str, frozenset[int]]
+Hits = tuple[tuple[int, bytes], ...]  # the lines git grep found in a file: (number, line)
+Job = tuple[str, str, Hits | None]  # path, shown, its hits (None: not known, read it all)
 # A chunk's findings (by the file's index in the scan) and the files it could not judge (why).
 Found = tuple[dict[int, list[Finding]], dict[int, str]]
 
@@ -50,7 +52,7 @@ class Scan:
         self._grep = _GitGrep(source, self.workers)  # runs while the tree is listed here
         self._listing = _python_files(source)
         self._listed: list[tuple[str, str, bool]] = []
-        self.jobs: list[tuple[str, str]] = []
+        self.jobs: list[Job] = []
         self.tasks: list[Task[Found]] = []
 
     @property
@@ -70,11 +72,12 @@ class Scan:
         holding = self._grep.files()
         # git reads a symlink as its target's name, not its content, and skips what is not a
         # regular file: those are tested here (and the latter reported as not judged).
-        self.jobs = [
-            (path, shown)
-            for path, shown, unusual in listed
-            if holding is None or unusual or shown[len("sglang/") :] in holding
-        ]
+        self.jobs = []
+        for path, shown, unusual in listed:
+            if holding is None or unusual:
+                self.jobs.append((path, shown, None))  # read and tested whole
+            elif (hits := holding.get(shown[len("sglang/") :])) is not None:
+                self.jobs.append((path, shown, tuple(hits)))
         self.tasks = [
             self.workers.run(scan_files, self.jobs[first:end], first, self.helpers)
             for first, end in _chunks(len(self.jobs), self.workers.size)
@@ -111,23 +114,27 @@ def _chunks(files: int, workers: int) -> list[tuple[int, int]]:
 _FEWEST = 4  # files in the last tasks
 
 
-def scan_files(jobs: Sequence[tuple[str, str]], first: int, helpers: Helpers) -> Found:
-    """Scan files (path, shown), the first of them the scan's file `first`: the findings of
-    those that have any, and why those not judged could not be.
+def scan_files(jobs: Sequence[Job], first: int, helpers: Helpers) -> Found:
+    """Scan files (path, shown, hits), the first of them the scan's file `first`: the findings
+    of those that have any, and why those not judged could not be. A file whose hits show that
+    it holds nothing to judge is not read.
 
     A non-blocking open of a regular file only (`read_file`): a FIFO named `x.py` must not hang
     doctor.
     """
     found: dict[int, list[Finding]] = {}
     unjudged: dict[int, str] = {}
-    for index, (path, shown) in enumerate(jobs, first):
+    for index, (path, shown, hits) in enumerate(jobs, first):
+        keyword = None if hits is None else _planned(hits)
+        if hits is not None and keyword is None:
+            continue
         data, why = read_file(path)
         if data is None:
             if why is not None:
                 unjudged[index] = why
             continue
         try:
-            findings = scan_bytes(data, shown, helpers)
+            findings = scan_bytes(data, shown, helpers, keyword)
         except TOO_DEEP:
             unjudged[index] = TOO_DEEP_WHY
             continue
@@ -136,22 +143,37 @@ def scan_files(jobs: Sequence[tuple[str, str]], first: int, helpers: Helpers) ->
     return found, unjudged
 
 
+def _planned(hits: Hits) -> list[int] | None:
+    """The keyword lines of a file (`candidates.keyword_lines`) from its hits; None where
+    `scan_bytes` would find nothing: no capability word and no table row, or neither a
+    keyword line nor a row."""
+    rows = any(_has_row(line) for _, line in hits if _ROW_KEY in line)
+    if not rows and not any(word in line for _, line in hits for word in _WORDS):
+        return None
+    lines = candidates.hit_lines(hits)
+    return lines if lines or rows else None
+
+
 class _GitGrep:
-    """The `.py` files (relative to the package) that hold a word of the byte tests, found by
-    `git grep`: it looks for them all in one pass, on every core, where Python makes a pass per
-    word. git is there already (the ledger needs it); when it cannot say (not installed, or
-    failing), `files()` is None and every file is tested here."""
+    """The lines of the `.py` files (relative to the package) that hold a word of the byte
+    tests, a keyword of `candidates` or a row's key, found by `git grep`: it looks for them all
+    in one pass, on every core, where Python makes a pass per word. git is there already (the
+    ledger needs it); when it cannot say (not installed, or failing), `files()` is None and
+    every file is tested here."""
 
     def __init__(self, source: Source, workers: Pool | None = None) -> None:
         self.root = source.package_dir
         self.workers = workers or Pool()
-        needles = [arg for word in (*_WORDS, _ROW_KEY) for arg in ("-e", word.decode())]
+        words = dict.fromkeys((*_WORDS, *candidates.KEYWORDS, _ROW_KEY))
+        needles = [arg for word in words for arg in ("-e", word.decode())]
         skipped = [f":(exclude,glob)**/{folder}/**" for folder in _NOT_SERVED]
         self.process: subprocess.Popen[bytes] | None = None
         with contextlib.suppress(OSError):  # no git: files() says None
             self.process = subprocess.Popen(
-                ["git", "grep", "--no-index", "--no-full-name", "--no-color", "-a", "-l", "-z",
-                 "-F", *needles, "--", "*.py", *skipped],
+                # One thread: its other threads cost more CPU than they save, and the CPU
+                # is what doctor's processes share meanwhile.
+                ["git", "grep", "--no-index", "--no-full-name", "--no-color", "-a", "-n", "-z",
+                 "--threads=1", "-F", *needles, "--", "*.py", *skipped],
                 cwd=source.package_dir,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -161,19 +183,27 @@ class _GitGrep:
         if self.process is not None:
             self.workers.track(self.process)
 
-    def files(self) -> set[str] | None:
+    def files(self) -> dict[str, list[tuple[int, bytes]]] | None:
+        """name -> the lines found in it (number, line), in order."""
         if self.process is None:
             return None
         output, _ = self.process.communicate()
         self.workers.untrack(self.process)
         if self.process.returncode not in (0, 1):  # 1: no file matched
             return None
-        names = {os.fsdecode(name) for name in output.split(b"\0") if name}
+        found: dict[str, list[tuple[int, bytes]]] = {}
+        try:
+            for record in output.split(b"\n"):  # name NUL number NUL line (with -z and -n)
+                if record:
+                    name, number, line = record.split(b"\0", 2)
+                    found.setdefault(os.fsdecode(name), []).append((int(number), line))
+        except ValueError:  # a name with a newline in it: not git's answer to trust
+            return None
         # Paths relative to the package, or git said something else (a config that names
         # files from a repository's top, say): then git's answer is not used at all.
-        if not all((self.root / name).is_file() for name in names):
+        if not all((self.root / name).is_file() for name in found):
             return None
-        return names
+        return found
 
 
 def _python_files(source: Source) -> Iterator[tuple[str, str, bool]]:
@@ -209,17 +239,20 @@ def _entries(folder: str, shown: str) -> Iterator[tuple[os.DirEntry[str], str]]:
 _NOT_SERVED = ("test", "tests", "benchmark")
 
 
-def scan_bytes(data: bytes, shown: str, helpers: Helpers) -> list[Finding]:
-    """The findings in one file's bytes; `shown` names it (`sglang/srt/...`)."""
+def scan_bytes(
+    data: bytes, shown: str, helpers: Helpers, keyword: list[int] | None = None
+) -> list[Finding]:
+    """The findings in one file's bytes; `shown` names it (`sglang/srt/...`). `keyword`: its
+    keyword lines when known already (`_planned`)."""
     rows = _has_row(data)
-    if not rows and not any(word in data for word in _WORDS):
+    if keyword is None and not rows and not any(word in data for word in _WORDS):
         return []
     text = data.decode("utf-8", errors="replace")
     starts = candidates.Starts(data)
     source_lines = text.splitlines()
-    lines = candidates.with_aliases(
-        source_lines, data, starts, candidates.keyword_lines(data, starts, source_lines)
-    )
+    if keyword is None:
+        keyword = candidates.keyword_lines(data, starts, source_lines)
+    lines = candidates.with_aliases(source_lines, data, starts, keyword)
     if not lines and not rows:
         return []
     # Tables need every read of their name, so a file with rows is parsed whole.

@@ -141,12 +141,12 @@ def _read(
     )
     say("reading the EAGLE-3 workers")
     required = eagle3.requirements(source)  # while git grep runs
-    scan.start()
     say(f"reading {len(paths)} models module(s)")
     models = census.load_models(source, paths)
     registered = [
         r for r in census.registered(source, models, paths) if not names or r.name in names
     ]
+    scan.start()
     say("running the catalogue in memory")
     findings = _beside(scan.result(), package_dir)
     checks = _ours(run.result(), patches) if run is not None else []
