@@ -5,15 +5,19 @@ patch edits among a hundred it never reads (0.5.23's overrides.py: 2 of 68 funct
 A patch that declares `reads` (top-level `def`/`class` names of its file, or `Class.method`) runs
 over the file with every other top-level `def` and `class` (and, in a class named `Class.method`,
 every other method) replaced by a one-line placeholder statement at the same place and
-indentation. The other statements, the comments and the blank lines stay as they are, so the tree
-has the shape the patch expects wherever it reads; `splice` then puts each original statement
-back in place of its placeholder. Nothing before the file's first indented block is left out
-(libcst takes the file's indentation from that block).
+indentation; `splice` then puts each original statement back in place of its placeholder.
+
+A placeholder stands for exactly the node libcst makes of the statement: its lines, and the
+comment and blank lines after it that libcst gives to its block's footer (those up to the last
+one indented as deep as its body), so that code a patch inserts beside it lands where it would
+in the whole file. The other statements, comments and blank lines stay as they are. Nothing up
+to the file's first indented block is left out: libcst takes the file's indentation from it.
 
 The whole file is parsed instead (`elide` gives None) when it cannot be cut safely: `ast` cannot
-parse it, it declares an encoding or starts with a BOM, it holds the placeholders' prefix, or a
-definition does not have its lines to itself; and (`splice` gives None) when the patch moved,
-copied or dropped a placeholder.
+parse it, it declares an encoding other than UTF-8 or starts with a BOM, it holds the
+placeholders' prefix, a definition does not have its lines to itself, ends in a backslash, or is
+followed by lines indented with tabs or form feeds; and (`splice` gives None) when the patch
+moved, copied or dropped a placeholder.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ from typing import NamedTuple
 _PREFIX = b"_sglpatch_elided_"
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _BLANK = b" \t\f"
-# PEP 263: a coding comment on line 1 or 2 (ast and libcst would then disagree on offsets).
-_CODING = re.compile(rb"\A(?:[^\r\n]*(?:\r\n|\r|\n))?[ \t\f]*#[^\r\n]*coding[:=]")
+# PEP 263: a coding comment on line 1 or 2. The placeholders are UTF-8 bytes; another encoding is
+# parsed whole.
+_CODING = re.compile(rb"\A(?:[^\r\n]*(?:\r\n|\r|\n))?[ \t\f]*#[^\r\n]*coding[:=][ \t]*([-\w.]+)")
+_UTF8 = {b"utf-8", b"utf8", b"utf_8"}
 
 
 class Elided(NamedTuple):
@@ -37,7 +43,10 @@ class Elided(NamedTuple):
 
 def elide(source: bytes, reads: Collection[str]) -> Elided | None:
     """`source` with what `reads` does not name left out; None: parse it whole (see above)."""
-    if _PREFIX in source or source.startswith(b"\xef\xbb\xbf") or _CODING.match(source):
+    coding = _CODING.match(source)
+    if coding and coding.group(1).lower() not in _UTF8:
+        return None
+    if _PREFIX in source or source.startswith(b"\xef\xbb\xbf"):
         return None
     try:
         tree = ast.parse(source)
@@ -45,7 +54,7 @@ def elide(source: bytes, reads: Collection[str]) -> Elided | None:
         return None
     lines = source.splitlines(keepends=True)
     spans = _left_out(tree.body, lines, reads)
-    if not spans:
+    if spans is None or not spans:
         return None
     text: list[bytes] = []
     held: list[tuple[bytes, bytes]] = []
@@ -85,8 +94,9 @@ def splice(elided: Elided, after: bytes) -> bytes | None:
 
 def _left_out(
     body: Sequence[ast.stmt], lines: Sequence[bytes], reads: Collection[str]
-) -> list[tuple[int, int]]:
-    """(first, last) 0-based lines of the statements to leave out, in order."""
+) -> list[tuple[int, int]] | None:
+    """(first, last) 0-based lines of the statements to leave out, in order; None: one cannot
+    be left out safely."""
     whole = {name for name in reads if "." not in name}
     members: dict[str, set[str]] = {}
     for name in reads:
@@ -104,20 +114,39 @@ def _left_out(
             continue
         if isinstance(node, ast.ClassDef) and node.name in members:
             wanted = members[node.name]
-            spans += [
-                _span(member)
+            found = [
+                _span(member, lines)
                 for member in node.body
                 if isinstance(member, _DEFINITIONS[:2]) and member.name not in wanted
             ]
         else:
-            spans.append(_span(node))
+            found = [_span(node, lines)]
+        if None in found:
+            return None
+        spans += [span for span in found if span is not None]
     return spans
 
 
-def _span(node: ast.stmt) -> tuple[int, int]:
+def _span(node: ast.stmt, lines: Sequence[bytes]) -> tuple[int, int] | None:
+    """The statement's lines with its footer's (see the module's docstring); None: unsafe."""
     decorators: list[ast.expr] = getattr(node, "decorator_list", [])
-    first = min([node.lineno, *(d.lineno for d in decorators)])
-    return first - 1, (node.end_lineno or node.lineno) - 1
+    first = min([node.lineno, *(d.lineno for d in decorators)]) - 1
+    last = (node.end_lineno or node.lineno) - 1
+    if lines[last].rstrip(b"\r\n").endswith(b"\\"):
+        return None  # continued onto the next line
+    body: list[ast.stmt] = getattr(node, "body", [])
+    depth = body[0].col_offset if _opens_block(node, lines) else None
+    for index in range(last + 1, len(lines)):
+        content = lines[index].rstrip(b"\r\n")
+        rest = content.lstrip(_BLANK)
+        indent = content[: len(content) - len(rest)]
+        if b"\t" in indent or b"\f" in indent:
+            return None  # how deep libcst counts it is not a count of bytes
+        if rest and not rest.startswith(b"#"):
+            break  # the next statement
+        if depth is not None and len(indent) >= depth:
+            last = index  # libcst's footer: up to the last line as deep as the block
+    return first, last
 
 
 def _opens_block(node: ast.stmt, lines: Sequence[bytes]) -> bool:
@@ -126,6 +155,8 @@ def _opens_block(node: ast.stmt, lines: Sequence[bytes]) -> bool:
     if not body or body[0].lineno <= node.lineno:
         return False
     first = body[0]
+    if lines[first.lineno - 2].rstrip(b"\r\n").endswith(b"\\"):
+        return False  # `def f(): \` continued: one logical line, no indented block
     return not lines[first.lineno - 1][: first.col_offset].strip(_BLANK)
 
 

@@ -645,7 +645,7 @@ def test_git_greps_lines_are_the_keyword_lines_python_finds(
     unread = 0
     for path, shown, _ in scanner._python_files(source):
         data = Path(path).read_bytes()
-        starts, lines = candidates.Starts(data), data.decode(errors="replace").splitlines()
+        starts, lines = candidates.Starts(data), scanner.lines_of(data.decode(errors="replace"))
         found = scanner.scan_bytes(data, shown, helpers)
         reported = hits.get(shown[len("sglang/") :])
         planned = scanner._planned(tuple(reported or ()))
@@ -656,6 +656,41 @@ def test_git_greps_lines_are_the_keyword_lines_python_finds(
         assert planned == candidates.keyword_lines(data, starts, lines), shown
         assert scanner.scan_bytes(data, shown, helpers, planned) == found, shown
     assert unread > 50  # files git reports that hold no gate: never read
+
+
+GATE = "def pick(args):\n    if torch.cuda.get_device_capability()[0] == 10:\n"
+GATE += '        args.backend = "trtllm"\n    return args\n'
+
+
+@pytest.mark.parametrize(
+    "before",
+    ["", "# a form feed\x0c here\n", "# U+2028 \u2028 here\n", "# NEL \x85 here\n", "x = '\r'\n"],
+    ids=["plain", "form-feed", "u2028", "nel", "lone-cr"],
+)
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+def test_the_scan_with_git_finds_what_it_finds_without(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before: str, newline: str
+) -> None:
+    """Lines are numbered by \\n on both ways (git's count), whatever else breaks a line for
+    `str.splitlines`; a repository's `grep.column` does not change git's output."""
+    package = tmp_path / "repo" / "sglang"
+    text = ("import torch\n" + before + "\n" + GATE).replace("\n", newline)
+    (package / "srt").mkdir(parents=True)
+    (package / "srt" / "a.py").write_bytes(text.encode())
+    subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
+    subprocess.run(
+        ["git", "-C", str(tmp_path / "repo"), "config", "grep.column", "true"], check=True
+    )
+    source = Source(package)
+    helpers = devices.helpers_of(source)
+    if scanner._GitGrep(source).files() is None:
+        pytest.skip("no git here")
+    with_git = scanner.scan(source, helpers)
+    monkeypatch.setenv("PATH", "")
+    assert scanner._GitGrep(source).files() is None
+    without = scanner.scan(Source(package), helpers)
+    assert with_git == without
+    assert [f.line for f in with_git] == [text.count("\n", 0, text.index("if torch")) + 1]
 
 
 def test_git_grep_that_names_files_from_the_repository_top_is_not_used(tmp_path: Path) -> None:

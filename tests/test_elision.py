@@ -3,10 +3,15 @@ fallback to the whole file wherever the part cannot answer for it."""
 
 from __future__ import annotations
 
+import gc
+from pathlib import Path
+from unittest.mock import ANY
+
 import pytest
 from packaging.version import Version
 
-from sglpatch import elision, engine
+from sglpatch import collector, elision, engine
+from sglpatch.doctor import coverage
 from sglpatch.patch import (
     TESTED,
     AlreadyPresent,
@@ -18,6 +23,7 @@ from sglpatch.patch import (
     cst_tools,
 )
 from sglpatch.results import Applied, Failed
+from sglpatch.target import find_target
 
 RELEASE = Version("0.5.9")
 
@@ -77,7 +83,9 @@ def test_left_out_definitions_become_placeholders_at_their_place() -> None:
     # Imports, assignments, class fields and comments outside the definitions stay.
     for kept in ("import torch", 'CONSTANT = {"a": 1}', "field: int = 0", "# the pass doctor"):
         assert kept in text
-    assert "# a trailing comment of the method" in text
+    # The comment after `dropped`, as deep as its body, is its block's footer: it goes with it.
+    assert "# a trailing comment of the method" not in text
+    assert cut.held[1][1].endswith(b"        # a trailing comment of the method\n")
     assert [p for p, _ in cut.held] == [
         b"_sglpatch_elided_0\n",
         b"    _sglpatch_elided_1\n",
@@ -113,15 +121,129 @@ def test_crlf_files_keep_their_line_endings() -> None:
 @pytest.mark.parametrize(
     "source",
     [
-        b"# -*- coding: latin-1 -*-\n" + SOURCE,  # ast and libcst would disagree on offsets
+        b"# -*- coding: latin-1 -*-\n" + SOURCE,  # the placeholders are UTF-8
         b"\xef\xbb\xbf" + SOURCE,
         SOURCE + b"_sglpatch_elided_0 = 1\n",  # the placeholders' own prefix
         SOURCE + b"def broken(:\n",  # a syntax error: the whole parse reports it
+        SOURCE + b"\n\ndef continued():\n    x = 1 \\\n\n",  # its last line goes on
+        SOURCE + b"\n\ndef tabbed():\n    pass\n\t# a tab: how deep libcst counts it?\n",
     ],
-    ids=["coding", "bom", "prefix", "syntax-error"],
+    ids=["coding", "bom", "prefix", "syntax-error", "backslash", "tab-after"],
 )
 def test_what_cannot_be_cut_safely_is_parsed_whole(source: bytes) -> None:
     assert elision.elide(source, {"wanted"}) is None
+
+
+def test_a_utf8_coding_comment_is_no_reason_to_parse_whole() -> None:
+    source = b"# -*- coding: utf-8 -*-\n" + SOURCE
+    cut = elision.elide(source, {"wanted"})
+    assert cut is not None and elision.splice(cut, cut.text) == source
+
+
+def test_a_body_continued_by_a_backslash_is_no_block_of_its_own() -> None:
+    """`def first(): \\` + `  return 0` is one logical line: libcst's indentation comes from the
+    next block, which is kept."""
+    source = b"def first(): \\\n  return 0\ndef f():\n\treturn 1\ndef g():\n    return 2\n"
+    assert elision.elide(source, {"g"}) is None  # f holds the first indented block
+
+
+FIRST = "def first():\n    pass\n\n\n"
+# (reads, how the patch edits, the file): code inserted beside a placeholder, where libcst gives
+# the lines after a block (up to the last one as deep as its body) to that block's footer.
+BESIDE = {
+    "class-last-method-comment": (
+        ("A.m",),
+        "append-method",
+        "class A:\n    def m(self):\n        return 1\n\n    def n(self):\n        return 2\n"
+        "        # end of n\n\n\nx = 1\n",
+    ),
+    "function-comment-before-next": (
+        ("g",),
+        "before-g",
+        FIRST + "def f():\n    return 1\n    # f's trailing comment\n\n\ndef g():\n    return 2\n",
+    ),
+    "last-function-comment": (
+        ("g",),
+        "append",
+        FIRST + "def g():\n    return 2\n\n\ndef f():\n    return 1\n    # end\n",
+    ),
+    "nested-class-comment": (
+        ("g",),
+        "before-g",
+        FIRST + "class C:\n    class D:\n        def x(self):\n            pass\n    # c\n\n\n"
+        "def g():\n    return 2\n",
+    ),
+    "whitespace-only-lines": (
+        ("g",),
+        "before-g",
+        FIRST + "def f():\n    return 1\n    \n        \ndef g():\n    return 2\n",
+    ),
+    "shallow-then-deep-comment": (
+        ("g",),
+        "before-g",
+        FIRST + "def f():\n    return 1\n  # shallow\n    # deep\n# top\ndef g():\n    return 2\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BESIDE))
+def test_code_inserted_beside_a_placeholder_lands_where_it_would_in_the_whole_file(
+    case: str,
+) -> None:
+    reads, edit, text = BESIDE[case]
+    source = text.encode()
+    patch = _inserting(reads, edit)
+    parsed = engine.parse_for(source, [patch], RELEASE)
+    assert isinstance(parsed, engine.Parsed) and parsed.cut is not None  # the part is used
+    whole, whole_outcomes = engine.transform_module(
+        engine.parse(source),  # type: ignore[arg-type]
+        source,
+        "m.py",
+        [patch],
+        RELEASE,
+    )
+    part, outcomes = engine.transform_source(source, "m.py", [patch], RELEASE)  # apply's way
+    assert outcomes == whole_outcomes
+    assert part is not None and whole is not None and part.after == whole.after
+    _, after, _ = engine.run_alone(parsed, "m.py", patch, RELEASE)  # doctor's way
+    assert after == whole.after
+
+
+def _inserting(reads: tuple[str, ...], edit: str) -> Patch:
+    """A patch adding `sglpatch_marker` at a boundary: the end of class A, before g, the end."""
+
+    class Inserting(Patch):
+        id = "inserting"
+        description = symptom = "test"
+        tested = TESTED
+        files = ByRelease({">=0": "m.py"})
+
+        def transform(self, module: cst.Module, release: Version) -> cst.Module:
+            if "sglpatch_marker" in module.code:
+                raise AlreadyPresent("there")
+            new = cst.parse_statement(
+                "def sglpatch_marker(self):\n    return 3\n", config=module.config_for_parsing
+            )
+            if edit == "append-method":
+                owner = cst_tools.find_class(module, "A")
+                body = owner.body.with_changes(body=[*owner.body.body, new])
+                return cst_tools.replace(module, owner, owner.with_changes(body=body))
+            body = list(module.body)
+            at = len(body)
+            if edit == "before-g":
+                at = next(
+                    i
+                    for i, s in enumerate(body)
+                    if isinstance(s, cst.FunctionDef) and s.name.value == "g"
+                )
+            return module.with_changes(body=[*body[:at], new, *body[at:]])
+
+        def postcondition(self, module: cst.Module, release: Version) -> None:
+            if "sglpatch_marker" not in module.code:
+                raise PostconditionFailed("not added")
+
+    Inserting.reads = reads
+    return Inserting()
 
 
 def test_nothing_to_leave_out_is_parsed_whole() -> None:
@@ -215,3 +337,35 @@ class _ReadsTooLittle(Patch):
     def postcondition(self, module: cst.Module, release: Version) -> None:
         if "# seen by sglpatch" not in module.code:
             raise PostconditionFailed("not marked")
+
+
+def test_the_engine_plans_with_the_collector_paused(tmp_path: Path) -> None:
+    """Its trees hold no cycles: no collector pass while they are built, and it is back on
+    after (nested, only the outermost resumes it)."""
+    seen: list[bool] = []
+
+    class Seeing(_Retarget):
+        def transform(self, module: cst.Module, release: Version) -> cst.Module:
+            seen.append(gc.isenabled())
+            return super().transform(module, release)
+
+    (tmp_path / "sglang" / "srt").mkdir(parents=True)
+    (tmp_path / "sglang" / "__init__.py").write_text("")
+    (tmp_path / "sglang" / "m.py").write_bytes(SOURCE)
+    target = find_target(tmp_path / "sglang", RELEASE)
+    assert gc.isenabled()
+    plan = engine.plan(target, [Seeing()], RELEASE)
+    assert [o.state for o in plan.outcomes] == ["applied"] and seen and not any(seen)
+    assert gc.isenabled()
+    with collector.paused():
+        engine.plan(target, [Seeing()], RELEASE)
+        assert not gc.isenabled()  # the engine's pause ended; the outer one holds
+    assert gc.isenabled()
+
+
+def test_a_plugins_patch_in_the_catalogue_has_doctor_parse_every_file_whole() -> None:
+    """Its code runs under doctor's time limit, file by file: nothing is parsed for it in part."""
+    plugin = _Retarget()
+    plugin.origin = "my-plugin"
+    assert coverage._by_file([_Retarget(), plugin], RELEASE) == {}
+    assert coverage._by_file([_Retarget()], RELEASE) == {"m.py": [ANY]}

@@ -66,9 +66,14 @@ def hit_lines(hits: Sequence[tuple[int, bytes]]) -> list[int]:
     return [
         number
         for number, line in hits
-        if any(_holds(line, word) for word in KEYWORDS)
-        and _evaluable(line.decode("utf-8", errors="replace").rstrip("\r"))
+        if any(_holds(line, word) for word in KEYWORDS) and _evaluable(_text(line))
     ]
+
+
+def _text(line: bytes) -> str:
+    """git's line as `scanner.lines_of` has it: decoded, without the \\r of a CRLF ending."""
+    text = line.decode("utf-8", errors="replace")
+    return text[:-1] if text.endswith("\r") else text
 
 
 def _holds(line: bytes, word: bytes) -> bool:

@@ -172,8 +172,9 @@ class _GitGrep:
             self.process = subprocess.Popen(
                 # One thread: its other threads cost more CPU than they save, and the CPU
                 # is what doctor's processes share meanwhile.
-                ["git", "grep", "--no-index", "--no-full-name", "--no-color", "-a", "-n", "-z",
-                 "--threads=1", "-F", *needles, "--", "*.py", *skipped],
+                # --no-column: a repository's grep.column would add a field to each line.
+                ["git", "grep", "--no-index", "--no-full-name", "--no-color", "--no-column", "-a",
+                 "-n", "-z", "--threads=1", "-F", *needles, "--", "*.py", *skipped],
                 cwd=source.package_dir,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -249,7 +250,7 @@ def scan_bytes(
         return []
     text = data.decode("utf-8", errors="replace")
     starts = candidates.Starts(data)
-    source_lines = text.splitlines()
+    source_lines = lines_of(text)
     if keyword is None:
         keyword = candidates.keyword_lines(data, starts, source_lines)
     lines = candidates.with_aliases(source_lines, data, starts, keyword)
@@ -275,6 +276,17 @@ def scan_bytes(
     if rows:
         found += tables.tables(tree, shown, source_lines)
     return sorted(set(found), key=lambda f: (f.line, f.kind))
+
+
+def lines_of(text: str) -> list[str]:
+    """A module's lines as its bytes number them, by "\\n" (git grep's, and `Starts`'): not
+    `str.splitlines`, which also breaks at a form feed or U+2028 that ast reads inside a line."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    if "\r" in text:
+        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    return lines
 
 
 def could_decide(data: bytes) -> bool:
