@@ -108,7 +108,9 @@ def transform_source(
     if isinstance(parsed, Parsed) and parsed.cut is not None:
         done = _in_part(parsed, shown, patches, release, ours)
         if done is not None:
-            return done
+            after, applied, outcomes = done
+            change = FileChange(shown, source, after, applied) if after is not None else None
+            return change, outcomes
         parsed = whole(parsed)
     if isinstance(parsed, str):
         return None, {p.id: Failed(p.id, shown, parsed) for p in patches}
@@ -172,18 +174,11 @@ def run_alone(
 ) -> tuple[Outcome, bytes | None, Parsed | str]:
     """One patch on its own over `parsed` (left as it is): its outcome, with `render` the file's
     bytes once it applied, and the parse for the next patch. A file parsed in part is parsed
-    whole, and the patch run again, where the part cannot answer for it: the patch failed or
-    raised there, or its statements cannot be put back."""
+    whole, and the patch run again, where the part cannot answer for it (`_in_part`)."""
     if parsed.cut is not None:
-        try:
-            patched, _, outcomes = transform_tree(parsed.module, shown, [patch], release)
-        except Exception:  # whatever the part raises, the whole file decides
-            patched, outcomes = None, {}
-        outcome = outcomes.get(patch.id)
-        if outcome is not None and not isinstance(outcome, Failed):
-            after = parsed.bytes_of(patched) if patched is not None and render else None
-            if after is not None or patched is None or not render:
-                return outcome, after, parsed
+        done = _in_part(parsed, shown, [patch], release, render=render)
+        if done is not None:
+            return done[2][patch.id], done[0], parsed
         again = whole(parsed)
         if isinstance(again, str):
             return Failed(patch.id, shown, again), None, again
@@ -198,22 +193,23 @@ def _in_part(
     shown: str,
     patches: Sequence[Patch],
     release: Version,
-    ours: Collection[str],
-) -> tuple[FileChange | None, dict[str, Outcome]] | None:
-    """`transform_source` over a file parsed in part; None where it cannot stand for the whole
-    file (as `run_alone`)."""
+    ours: Collection[str] = (),
+    *,
+    render: bool = True,
+) -> tuple[bytes | None, tuple[str, ...], dict[str, Outcome]] | None:
+    """`patches` over a file parsed in part: with `render`, the file's bytes once patched (None:
+    nothing applied), the ids applied, the outcomes. None where the part cannot stand for the
+    whole file: a patch failed or raised there, or what was left out cannot be put back."""
     try:
         patched, applied, outcomes = transform_tree(parsed.module, shown, patches, release, ours)
     except Exception:  # whatever the part raises, the whole file decides
         return None
     if any(isinstance(o, Failed) for o in outcomes.values()):
         return None
-    if patched is None:
-        return None, outcomes
-    after = parsed.bytes_of(patched)
-    if after is None:
+    after = parsed.bytes_of(patched) if patched is not None and render else None
+    if patched is not None and render and after is None:
         return None
-    return FileChange(shown, parsed.source, after, applied), outcomes
+    return after, applied, outcomes
 
 
 def transform_module(

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from sglpatch.doctor import entries
 from sglpatch.doctor.devices import Device
 from sglpatch.doctor.evaluator import Evaluator
+from sglpatch.doctor.source_tree import last_name
 
 Tri = bool | None
 # (table kind, record name, the flag or entry point that chose it)
@@ -341,13 +342,11 @@ def _names_flag(test: ast.expr) -> bool:
 
 
 def _kv_dtype_named(node: ast.expr) -> bool:
-    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
-    return isinstance(name, str) and name.endswith("kv_cache_dtype")
+    return last_name(node).endswith("kv_cache_dtype")
 
 
 def _backend_named(node: ast.expr) -> bool:
-    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
-    return isinstance(name, str) and "backend" in name
+    return "backend" in last_name(node)
 
 
 def _text(node: ast.expr) -> str:

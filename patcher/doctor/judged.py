@@ -27,6 +27,7 @@ from typing import NamedTuple
 from sglpatch import support
 from sglpatch.doctor import entries
 from sglpatch.doctor.findings import Chosen, Finding
+from sglpatch.doctor.source_tree import last_name
 
 FAILS, LOSES, NOT_JUDGED, HARMLESS = "fails", "loses", "not judged", "harmless"
 LISTED = (FAILS, LOSES)
@@ -105,7 +106,6 @@ def _loss(
         what = f"{capability} {gets}; 10 gets {_named(other)}, which runs on {capability} too"
         return Judgement(capability, LOSES, what, other[4])
     return ported or Judgement(capability, HARMLESS, "")
-    return Judgement(capability, HARMLESS, "")
 
 
 def judge_all(
@@ -147,8 +147,7 @@ def _needs_unrunnable(opt_in: str, cap: support.Capability, release: str | None)
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return False
     left, op, right = test.left, test.ops[0], test.comparators[0]
-    name = left.attr if isinstance(left, ast.Attribute) else getattr(left, "id", "")
-    if "backend" not in name:
+    if "backend" not in last_name(left):
         return False
     if isinstance(op, ast.Eq) and isinstance(right, ast.Constant):
         values = [right.value]

@@ -157,7 +157,7 @@ def _planned(hits: Hits) -> list[int] | None:
 class _GitGrep:
     """The lines of the `.py` files (relative to the package) that hold a word of the byte
     tests, a keyword of `candidates` or a row's key, found by `git grep`: it looks for them all
-    in one pass, on every core, where Python makes a pass per word. git is there already (the
+    in one pass, where Python makes a pass per word. git is there already (the
     ledger needs it); when it cannot say (not installed, or failing), `files()` is None and
     every file is tested here."""
 

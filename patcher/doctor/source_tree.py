@@ -162,6 +162,12 @@ def chain(node: ast.expr) -> list[str]:
     return names[::-1]
 
 
+def last_name(node: ast.expr) -> str:
+    """`self.server_args.decode_backend` -> "decode_backend"; "" for what names nothing."""
+    names = chain(node)
+    return names[-1] if names else ""
+
+
 def walk_with_ancestors(
     tree: ast.AST, lines: Sequence[int]
 ) -> Iterator[tuple[ast.AST, list[ast.AST]]]:
