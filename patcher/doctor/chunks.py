@@ -88,9 +88,10 @@ def _end(lines: Sequence[str], start: int, indent: int) -> int:
     last = start
     for index in range(start + 1, len(lines)):
         text = lines[index]
-        level = _indent(text)
-        if level is None:
+        stripped = text.lstrip()  # `_indent`, inline: this loop runs over whole functions
+        if not stripped or stripped[0] == "#":
             continue
+        level = len(text) - len(stripped)
         if level <= indent and not (level == indent and _CONTINUES.match(text, level)):
             break
         last = index
@@ -272,9 +273,10 @@ def _body_statements(lines: Sequence[str], first: int, end: int) -> list[tuple[i
     quoted = _inside_strings(lines, first, end)
     for number in range(first, end + 1):
         text = lines[number - 1]
-        level = _indent(text)
-        if level is None or number in quoted:
+        stripped = text.lstrip()  # `_indent`, inline (as in `_end`)
+        if not stripped or stripped[0] == "#" or number in quoted:
             continue
+        level = len(text) - len(stripped)
         if indent is None:
             indent = level
         if level != indent or _CONTINUES.match(text, level):

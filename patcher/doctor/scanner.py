@@ -270,7 +270,7 @@ def scan_bytes(
             return []
         scanned, wanted, real = source_lines, lines, list(range(len(source_lines) + 1))
     # A module's own `def is_blackwell()` is not SGLang's helper of that name.
-    defined = frozenset(_DEFINED.findall(text)) if "def is_" in text else frozenset()
+    defined = _defined(text) if "def is_" in text else frozenset()
     found = list(gates.Gates(tree, shown, scanned, helpers, defined).run(wanted)) if wanted else []
     found = [f._replace(line=real[f.line], head=real[f.head] if f.head else 0) for f in found]
     if rows:
@@ -312,7 +312,20 @@ def _has_row(data: bytes) -> bool:
 
 _BLANK = frozenset(b" \t\r\n\f\v")
 _ROW_START = frozenset(b"{,")
-_DEFINED = re.compile(r"^\s*def\s+(is_\w+)", re.MULTILINE)
+_DEFINED = re.compile(r"def\s+(is_\w+)")
+
+
+def _defined(text: str) -> frozenset[str]:
+    """The `is_...` functions a module defines: `^\\s*def\\s+(is_\\w+)` (multiline), found where
+    the text holds `def`, which the regex engine skips ahead to (a pattern led by `^` is tried at
+    every offset, several times slower), and kept where only whitespace leads to it."""
+    names = set()
+    for match in _DEFINED.finditer(text):
+        at = match.start()
+        line = text.rfind("\n", 0, at) + 1
+        if line == at or text[line:at].isspace():
+            names.add(match.group(1))
+    return frozenset(names)
 
 
 def _new_helpers(helpers: Helpers) -> list[str]:
