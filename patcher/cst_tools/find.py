@@ -97,8 +97,9 @@ def function_body(node: cst.FunctionDef) -> Sequence[cst.BaseStatement]:
 
 
 def ifs_testing(module: cst.Module, node: cst.CSTNode, test: str) -> list[cst.If]:
-    """`if`/`elif` statements under `node` whose condition contains the source text `test`."""
-    return [i for i in _walk(node, cst.If) if test in module.code_for_node(i.test)]
+    """`if`/`elif` statements under `node` whose condition contains the source text `test`
+    (looked for through blocks alone: a statement lies in no expression)."""
+    return [i for i in find_compound(node, cst.If) if test in module.code_for_node(i.test)]
 
 
 def assigns_self_attribute(node: cst.CSTNode, attribute: str) -> bool:
