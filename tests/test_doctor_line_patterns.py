@@ -74,7 +74,9 @@ _CLASSES = [
 
 def _same_classes(text: str) -> int:
     summary = census._Summary(text, "m")
-    for name, (_, start, end) in summary.classes.items():
+    for name, (_, start) in summary.classes.items():
+        after = re.compile(r"\n(?=[^\s#)\]}])").search(text, start)
+        end = after.start() if after else len(text)
         assert summary._class(name) == _reference_class(text, start, end), name
     return len(summary.classes)
 

@@ -37,16 +37,15 @@ class _Summary:
     def __init__(self, text: str, module: str) -> None:
         self.text = text
         self.module = module
-        # name -> (base names, offset where its body starts, offset where it ends)
-        self.classes: dict[str, tuple[tuple[str, ...], int, int]] = {}
+        # name -> (base names, offset where its body starts); where it ends is found when read
+        self.classes: dict[str, tuple[tuple[str, ...], int]] = {}
         for match in _starts(text, _CLASS, "class"):
             bases = tuple(
                 name
                 for base in (match.group(2) or "").split(",")
                 if (name := base.strip()).isidentifier()
             )
-            end = _TOP_LEVEL.search(text, match.end())
-            self.classes[match.group(1)] = (bases, match.end(), end.start() if end else len(text))
+            self.classes[match.group(1)] = (bases, match.end())
         entry = next(_starts(text, _ENTRY, "EntryClass"), None)
         self.entry: tuple[str, ...] = ()
         if entry:
@@ -73,7 +72,9 @@ class _Summary:
 
     def _class(self, name: str) -> tuple[frozenset[str], frozenset[str]]:
         if name not in self._read:
-            _, start, end = self.classes[name]
+            start = self.classes[name][1]
+            after = _TOP_LEVEL.search(self.text, start)
+            end = after.start() if after else len(self.text)
             # Each line of the body after a "\n", the first too: `_at_indent`'s patterns are
             # led by one, which the regex engine skips ahead to.
             body = "\n" + self.text[start:end]
