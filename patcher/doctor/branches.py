@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from sglpatch.doctor import entries
 from sglpatch.doctor.devices import Device
 from sglpatch.doctor.evaluator import Evaluator
-from sglpatch.doctor.source_tree import last_name
+from sglpatch.doctor.source_tree import last_name, walk
 
 Tri = bool | None
 # (table kind, record name, the flag or entry point that chose it)
@@ -199,7 +199,7 @@ def choices(
             continue
         if isinstance(node, ast.expr) and field is not None:
             found += _values(field, node)
-        for part in ast.walk(node):
+        for part in walk(node):
             found += _chosen(part)
     return list(dict.fromkeys(found))
 

@@ -13,6 +13,7 @@ from typing import NamedTuple
 from sglpatch.doctor import branches as branches_of
 from sglpatch.doctor import devices, entries
 from sglpatch.doctor.evaluator import Evaluator
+from sglpatch.doctor.source_tree import walk
 
 KNOWN = frozenset({9, 10})
 NEW = devices.NEW
@@ -111,7 +112,7 @@ def refuses(body: Sequence[ast.AST]) -> bool:
 
 def device_line(test: ast.expr, evaluator: Evaluator) -> int:
     """The line of a multi-line test where the device comes in."""
-    for part in ast.walk(test):
+    for part in walk(test):
         if isinstance(
             part, (ast.Compare, ast.Call, ast.Name, ast.Attribute)
         ) and evaluator.depends_on_device(part):
@@ -127,7 +128,7 @@ def describe(branch: str | None, node: ast.AST) -> str:
 
 def open_ended(test: ast.expr, evaluator: Evaluator) -> bool:
     """A range (`>= 90`, `< (10, 0)`) or a family helper (`is_blackwell()`) in the test."""
-    for part in ast.walk(test):
+    for part in walk(test):
         if isinstance(part, ast.Compare) and any(
             isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)) for op in part.ops
         ):
@@ -173,7 +174,7 @@ def enclosing(ancestors: Sequence[ast.AST]) -> Function | None:
 
 def assigned(node: ast.AST) -> set[str]:
     if isinstance(node, ast.Assign):
-        return {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        return {n.id for t in node.targets for n in walk(t) if isinstance(n, ast.Name)}
     if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
         return {node.target.id}
     return set()

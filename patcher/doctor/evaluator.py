@@ -29,6 +29,7 @@ from sglpatch.doctor.devices import (
     is_platform,
     probe_of,
 )
+from sglpatch.doctor.source_tree import walk
 
 _CAPABILITY_NAMES = {"major", "cc_major", "sm_major", "device_major"}
 
@@ -122,7 +123,7 @@ class Evaluator:
 
     def names_new(self, node: ast.expr, depth: int = 0) -> bool:
         """The test names capability 12 itself: `== 12`, `in (8, 12)`, `is_sm120_supported()`."""
-        for part in ast.walk(node):
+        for part in walk(node):
             if isinstance(part, ast.Call) and isinstance(part.func, ast.Name):
                 majors = self._helper(part.func.id)
                 if majors is not None and majors == {NEW}:
@@ -375,7 +376,7 @@ def _member(left: Value, collection: ast.expr, device: Device) -> bool | None:
 
 
 def _mentions_new(node: ast.expr) -> bool:
-    for part in ast.walk(node):
+    for part in walk(node):
         if (
             isinstance(part, ast.Constant)
             and type(part.value) is int

@@ -45,7 +45,7 @@ from sglpatch.doctor.decisions import (
 from sglpatch.doctor.devices import AMPERE, B200, GB10, RTX_BLACKWELL
 from sglpatch.doctor.evaluator import Evaluator
 from sglpatch.doctor.findings import Finding
-from sglpatch.doctor.source_tree import walk_with_ancestors
+from sglpatch.doctor.source_tree import walk, walk_with_ancestors
 
 _DECISIONS = (
     ast.If, ast.IfExp, ast.Assert, ast.While, ast.Return, ast.Assign, ast.AnnAssign, ast.keyword
@@ -122,7 +122,7 @@ class Gates:
             if refused is not None and finding.line > refused and finding.kind != "refusal":
                 continue  # 12 never gets here: the function refused it above
             if names and tested is None:
-                tested = {n.id for t in tests for n in ast.walk(t) if isinstance(n, ast.Name)}
+                tested = {n.id for t in tests for n in walk(t) if isinstance(n, ast.Name)}
             if names and tested is not None and names & tested:
                 continue  # a flag tested in this file: reported where it is tested
             yield finding

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import bisect
 import re
+from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -184,16 +185,7 @@ def walk_with_ancestors(
         del ancestors[depth:]
         yield node, ancestors
         ancestors.append(node)
-        children: list[ast.AST] = []
-        for field in node._fields:
-            value = getattr(node, field, None)
-            if isinstance(value, list):
-                children.extend(item for item in value if isinstance(item, ast.AST))
-            elif isinstance(value, ast.AST):
-                children.append(value)
-        for child in reversed(children):
-            if isinstance(child, _EMPTY):
-                continue
+        for child in reversed(_children(node)):
             start = getattr(child, "lineno", None)
             if start is not None:
                 index = bisect.bisect_left(lines, start)
@@ -203,4 +195,50 @@ def walk_with_ancestors(
             stack.append((child, depth + 1))
 
 
+def walk(node: ast.AST) -> Iterator[ast.AST]:
+    """`ast.walk` (breadth first), without operators and contexts, which hold nothing: the
+    same nodes in the same order, a generator cheaper (`_children`)."""
+    todo = deque([node])
+    while todo:
+        node = todo.popleft()
+        todo.extend(_children(node))
+        yield node
+
+
+def every_node(tree: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of `tree` as `ast.walk` gives them, in another order and without operators and
+    contexts (which hold nothing): `ast.walk` costs two generators per node."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(_children(node))
+
+
+def _children(node: ast.AST) -> list[ast.AST]:
+    """The nodes right under `node`, in its fields' order, operators and contexts left out."""
+    fields = _CHILD_FIELDS.get(node.__class__)
+    if fields is None:
+        fields = _CHILD_FIELDS[node.__class__] = tuple(
+            f for f in node._fields if f not in _NO_CHILDREN
+        )
+    children: list[ast.AST] = []
+    for field in fields:
+        value = getattr(node, field, None)
+        if isinstance(value, list):
+            children.extend(
+                item for item in value if isinstance(item, ast.AST) and not isinstance(item, _EMPTY)
+            )
+        elif isinstance(value, ast.AST) and not isinstance(value, _EMPTY):
+            children.append(value)
+    return children
+
+
 _EMPTY = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
+# Fields that never hold a node but an operator or context (`_EMPTY`), a name, a string or a
+# number, in every node class that has them.
+_NO_CHILDREN = frozenset(
+    {"ctx", "op", "ops", "id", "attr", "arg", "name", "asname", "module", "level", "kind"}
+    | {"conversion", "simple", "is_async", "type_comment", "tag", "rest", "kwd_attrs"}
+)
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}

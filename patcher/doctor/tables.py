@@ -11,11 +11,11 @@ not reported. A table its own module never reads (`all_reduce_utils.py`'s, impor
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from sglpatch.doctor.findings import Finding
-from sglpatch.doctor.source_tree import chain, read_file
+from sglpatch.doctor.source_tree import chain, every_node, read_file
 
 MAJORS = frozenset(range(7, 14))  # plausible compute-capability majors
 KNOWN = 10
@@ -24,7 +24,8 @@ NEW = 12
 
 def tables(tree: ast.Module, shown: str, lines: Sequence[str]) -> list[Finding]:
     tables: list[tuple[int, set[str]]] = []
-    for node in ast.walk(tree):
+    nodes = list(every_node(tree))  # one walk for the tables and their reads
+    for node in nodes:
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict):
             keys = _int_keys(node.value)
             if keys and keys <= MAJORS and KNOWN in keys and NEW not in keys:
@@ -33,7 +34,7 @@ def tables(tree: ast.Module, shown: str, lines: Sequence[str]) -> list[Finding]:
     if not tables:
         return []
     # A table only ever read with `.get(key, default)` takes an unknown major in its stride.
-    subscripted, tolerant = _reads(tree)
+    subscripted, tolerant = _reads(nodes)
     found = []
     for line, names in tables:
         if names & subscripted:
@@ -45,12 +46,12 @@ def tables(tree: ast.Module, shown: str, lines: Sequence[str]) -> list[Finding]:
     return found
 
 
-def _reads(tree: ast.Module) -> tuple[set[str], set[str]]:
-    """The names read with a subscript, and those only read in a way that tolerates a missing
-    key (`.get(key)`, `.get(key, default)`, `key in table`)."""
+def _reads(nodes: Iterable[ast.AST]) -> tuple[set[str], set[str]]:
+    """Of a module's `nodes`, the names read with a subscript, and those only read in a way
+    that tolerates a missing key (`.get(key)`, `.get(key, default)`, `key in table`)."""
     subscripted: set[str] = set()
     tolerant: set[str] = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
             if names := chain(node.value):
                 subscripted.add(names[-1])
@@ -89,7 +90,7 @@ def beside(finding: Finding, package_dir: Path) -> Finding | None:
             tree = ast.parse(data)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
-        strict, lenient = _reads(tree)
+        strict, lenient = _reads(every_node(tree))
         subscripted |= name in strict
         tolerant |= name in lenient
     if subscripted:
