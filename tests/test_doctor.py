@@ -710,6 +710,12 @@ def test_git_grep_that_names_files_from_the_repository_top_is_not_used(tmp_path:
     assert grep.process is not None
     grep.root = tmp_path  # as if git had named the files from somewhere else
     assert grep.files() is None
+    grep = scanner._GitGrep(Source(package))
+    grep.root = tmp_path
+    assert grep.files({"srt/b.py"}) is None  # the listing names other files: still looked up
+    grep = scanner._GitGrep(Source(package))
+    grep.root = tmp_path
+    assert grep.files({"srt/a.py"}) == found  # a file the listing found is not looked up again
 
 
 @pytest.mark.wheel

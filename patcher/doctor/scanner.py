@@ -14,7 +14,7 @@ import itertools
 import os
 import re
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from sglpatch.doctor import candidates, chunks, devices, gates, tables
 from sglpatch.doctor.findings import Finding
@@ -69,7 +69,8 @@ class Scan:
 
     def start(self) -> None:
         listed = self.listed  # while git grep runs
-        holding = self._grep.files()
+        regular = {shown[len("sglang/") :] for _, shown, unusual in listed if not unusual}
+        holding = self._grep.files(regular)
         # git reads a symlink as its target's name, not its content, and skips what is not a
         # regular file: those are tested here (and the latter reported as not judged).
         self.jobs = []
@@ -184,8 +185,9 @@ class _GitGrep:
         if self.process is not None:
             self.workers.track(self.process)
 
-    def files(self) -> dict[str, list[tuple[int, bytes]]] | None:
-        """name -> the lines found in it (number, line), in order."""
+    def files(self, regular: Collection[str] = ()) -> dict[str, list[tuple[int, bytes]]] | None:
+        """name -> the lines found in it (number, line), in order. `regular`: names known to be
+        regular files of the package already (the listing's), not looked up again."""
         if self.process is None:
             return None
         output, _ = self.process.communicate()
@@ -202,7 +204,7 @@ class _GitGrep:
             return None
         # Paths relative to the package, or git said something else (a config that names
         # files from a repository's top, say): then git's answer is not used at all.
-        if not all((self.root / name).is_file() for name in found):
+        if not all(name in regular or (self.root / name).is_file() for name in found):
             return None
         return found
 
