@@ -236,9 +236,10 @@ def _children(node: ast.AST) -> list[ast.AST]:
 
 _EMPTY = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
 # Fields that never hold a node but an operator or context (`_EMPTY`), a name, a string or a
-# number, in every node class that has them.
+# number, in every node class that has them (not `name`: Python 3.12's `TypeAlias.name` is a
+# node).
 _NO_CHILDREN = frozenset(
-    {"ctx", "op", "ops", "id", "attr", "arg", "name", "asname", "module", "level", "kind"}
+    {"ctx", "op", "ops", "id", "attr", "arg", "asname", "module", "level", "kind"}
     | {"conversion", "simple", "is_async", "type_comment", "tag", "rest", "kwd_attrs"}
 )
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
