@@ -50,8 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.getoption("numprocesses", None) if config.pluginmanager.hasplugin("xdist") else None
     )
     if workers and not hasattr(config, "workerinput") and "not wheel" not in config.option.markexpr:
-        for release in wheels.RELEASES:
-            wheels.wheel(release)
+        wheels.fetch(wheels.RELEASES)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

@@ -1,4 +1,5 @@
-"""The test suite's own wheel download: progress on a terminal, a line elsewhere, one at a time."""
+"""The test suite's own wheel download: progress on a terminal, a line elsewhere, one process at
+a time for a release, several releases at once."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import wheels
-from tests.support.releases import SEED
+from tests.support.releases import SEED, UPGRADE
 
 REPO = Path(__file__).resolve().parent.parent
 # Download 0.5.9 into an empty cache, from a local folder holding its wheel (not the network).
@@ -72,7 +73,10 @@ def test_a_download_off_a_terminal_is_one_line(tmp_path: Path, source: Path) -> 
     (line,) = err.decode().splitlines()
     assert line.startswith("tests: downloading the sglang 0.5.9 wheel into ")
     assert (tmp_path / "cache" / out.decode().strip()).is_file()
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [".lock", out.decode().strip()]
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [
+        ".lock-0.5.9",
+        out.decode().strip(),
+    ]
 
 
 @pytest.mark.wheel
@@ -85,3 +89,31 @@ def test_two_processes_share_one_download(tmp_path: Path, source: Path) -> None:
     assert len(names) == 1
     said = [err.decode().count("downloading the sglang") for _, err in results]
     assert sorted(said) == [0, 1]
+
+
+FETCH = """
+import sys
+from pathlib import Path
+from tests.support import wheels
+wheels.CACHE = Path(sys.argv[1])
+wheels.PIP_OPTIONS = ["--no-index", "--find-links", sys.argv[2]]
+wheels.fetch(sys.argv[3:], at_once=2)
+"""
+
+
+@pytest.mark.wheel
+def test_several_releases_are_fetched_at_once_a_line_each(tmp_path: Path, source: Path) -> None:
+    (source / wheels.wheel(UPGRADE).name).symlink_to(wheels.wheel(UPGRADE))
+    cache = tmp_path / "cache"
+    process = subprocess.run(
+        [sys.executable, "-c", FETCH, str(cache), str(source), SEED, UPGRADE, SEED],
+        cwd=REPO, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert process.returncode == 0, process.stderr
+    assert sorted(p.name for p in cache.glob("*.whl")) == sorted(
+        w.name for w in (wheels.wheel(SEED), wheels.wheel(UPGRADE))
+    )
+    lines = process.stderr.splitlines()
+    assert len(lines) == 2 and all(
+        line.startswith("tests: downloading the sglang") for line in lines
+    )

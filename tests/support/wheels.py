@@ -39,34 +39,50 @@ def wheel(release: str) -> Path:
     downloads while the others wait on its lock, and a wheel appears in the cache whole or not
     at all (downloaded beside it, then renamed in).
     """
+    return _fetched(release, talk=True)
+
+
+def fetch(releases: Iterable[str], at_once: int = 4) -> None:
+    """Download the `releases` the cache lacks, `at_once` at a time: most of a download is
+    pip's start and the index's answers, which run side by side (one line each, no progress)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    missing = [r for r in releases if not sorted(CACHE.glob(f"sglang-{r}-*.whl"))]
+    with terminal(), ThreadPoolExecutor(max(1, at_once)) as pool:
+        list(pool.map(lambda release: _fetched(release, talk=False), missing))
+
+
+def _fetched(release: str, talk: bool) -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
     found = sorted(CACHE.glob(f"sglang-{release}-*.whl"))
     if not found:
-        with _locked_cache():
+        with _locked(release):
             found = sorted(CACHE.glob(f"sglang-{release}-*.whl"))
             if not found:
-                _download(release)
+                _download(release, talk)
                 found = sorted(CACHE.glob(f"sglang-{release}-*.whl"))
     assert found, f"pip download left no wheel for sglang {release} in {CACHE}"
     return found[0]
 
 
 @contextlib.contextmanager
-def _locked_cache() -> Iterator[None]:
+def _locked(release: str) -> Iterator[None]:
+    """One release's download, one process at a time (other releases meanwhile)."""
     import fcntl
 
-    with (CACHE / ".lock").open("a") as handle:
+    with (CACHE / f".lock-{release}").open("a") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         yield
 
 
-def _download(release: str) -> None:
-    """`pip download` one release, saying so in one line (on a terminal, with pip's progress)."""
+def _download(release: str, talk: bool = True) -> None:
+    """`pip download` one release, saying so in one line (with `talk`, on a terminal, with
+    pip's progress; without, the caller has lifted the capture and others run beside it)."""
     import shutil
     import tempfile
 
-    with terminal():
-        shown = sys.stderr.isatty()
+    with terminal() if talk else contextlib.nullcontext():
+        shown = talk and sys.stderr.isatty()
         have = len(list(CACHE.glob("sglang-*.whl")))
         print(
             f"tests: downloading the sglang {release} wheel into {CACHE} "
