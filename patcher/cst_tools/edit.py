@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 import libcst as cst
 
 from sglpatch.cst_tools.find import _from_imports, function_body, if_chain, imported_names, int_key
-from sglpatch.cst_tools.walking import Step, _block_part, _fields, _path_to
+from sglpatch.cst_tools.walking import _path_to
 from sglpatch.patch import AnchorMissing
 
 
@@ -24,10 +24,7 @@ def replace(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Modul
         if statement is old:
             body = (*module.body[:position], new, *module.body[position + 1 :])
             return module.with_changes(body=body)
-    if isinstance(old, cst.BaseStatement):
-        path = _statement_path(module, old)
-    else:
-        path = _path_to(module, old)
+    path = _path_to(module, old, blocks_only=isinstance(old, cst.BaseStatement))
     if path is None:
         raise AnchorMissing("the node to replace is not in the module")
     # a path that does not start at the module leaves something else at the top
@@ -60,39 +57,11 @@ def replace_statement(
     On a file the size of server_args.py this is several times cheaper than a search of every
     node; `replace` does it too for a statement.
     """
-    path = _statement_path(module, old)
+    path = _path_to(module, old, blocks_only=True)
     if path is None:
         raise AnchorMissing("the statement to replace is not in the module")
     # `old` is a statement: the root is the module
     return _rebuilt(reversed(path), new, "the statement to replace is not in the module")
-
-
-def _statement_path(module: cst.Module, old: cst.BaseStatement) -> list[Step] | None:
-    """`_path_to` a statement, through blocks and statements only (it lies in no expression),
-    in source order as `_path_to` searches."""
-    parents: dict[int, Step] = {}
-    stack: list[cst.CSTNode] = [module]
-    while stack:
-        current = stack.pop()
-        if current is old:
-            path = []
-            node: cst.CSTNode = old
-            while id(node) in parents:
-                path.append(parents[id(node)])
-                node = path[-1][0]
-            return path[::-1]
-        children: list[cst.CSTNode] = []
-        for field, value in _fields(current):
-            if _block_part(value) or (value is old and isinstance(value, cst.CSTNode)):
-                parents[id(value)] = (current, field, None)
-                children.append(value)
-            elif value.__class__ in (list, tuple):
-                for position, item in enumerate(value):
-                    if _block_part(item) or (item is old and isinstance(item, cst.CSTNode)):
-                        parents[id(item)] = (current, field, position)
-                        children.append(item)
-        stack.extend(reversed(children))
-    return None
 
 
 def with_row_after(table: cst.Dict, anchor_key: int, row: cst.DictElement) -> cst.Dict:

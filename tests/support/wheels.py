@@ -47,9 +47,8 @@ def fetch(releases: Iterable[str], at_once: int = 4) -> None:
     pip's start and the index's answers, which run side by side (one line each, no progress)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    missing = [r for r in releases if not sorted(CACHE.glob(f"sglang-{r}-*.whl"))]
     with terminal(), ThreadPoolExecutor(max(1, at_once)) as pool:
-        list(pool.map(lambda release: _fetched(release, talk=False), missing))
+        list(pool.map(lambda release: _fetched(release, talk=False), releases))
 
 
 def _fetched(release: str, talk: bool) -> Path:
@@ -75,7 +74,7 @@ def _locked(release: str) -> Iterator[None]:
         yield
 
 
-def _download(release: str, talk: bool = True) -> None:
+def _download(release: str, talk: bool) -> None:
     """`pip download` one release, saying so in one line (with `talk`, on a terminal, with
     pip's progress; without, the caller has lifted the capture and others run beside it)."""
     import shutil
