@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.support import parsing, wheels
+from tests.support import parsing, syntax, wheels
 
 # The user's own home, before the session moves HOME away from it (see `_isolate_the_session`).
 REAL_HOME = Path.home()
@@ -68,9 +68,12 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 @pytest.fixture(autouse=True, scope="session")
 def _shared_parses() -> Iterator[None]:
     """A source parsed once in this process serves every later parse of the same bytes
-    (`tests/support/parsing.py`: why that proves the same; `parsing.afresh()` opts out)."""
+    (`tests/support/parsing.py`: why that proves the same; `parsing.afresh()` opts out), and
+    the stand-ins' `ast` trees are shared too (`tests/support/syntax.py`): at the end, every
+    one held must read as it was parsed."""
     with parsing.shared():
         yield
+    syntax.tree.unchanged()
 
 
 @pytest.fixture(autouse=True)

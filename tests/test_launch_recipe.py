@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sglpatch import support
-from tests.support import wheels
+from tests.support import syntax, wheels
 from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
@@ -28,7 +28,7 @@ def recipe() -> list[str]:
 def declared(release: str) -> dict[str, list[str] | None]:
     """Each `--flag` that `release`'s `ServerArgs.add_cli_args` declares, with its literal choices
     (None: any value), read from the release's own `server_args.py`."""
-    tree = ast.parse(wheels.member(release, "sglang/srt/server_args.py"))
+    tree = syntax.tree(wheels.member(release, "sglang/srt/server_args.py"))
     lists = {
         t.id: node.value
         for node in tree.body

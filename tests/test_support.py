@@ -15,7 +15,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sglpatch import support
-from tests.support import wheels
+from tests.support import syntax, wheels
 from tests.support.releases import RELEASES
 
 SCRIPT = wheels.REPO / "scripts" / "kernel_support_doc.py"
@@ -166,7 +166,7 @@ def _choices(release: str) -> dict[str, set[str]]:
             name == "sglang/srt/server_args.py" or name.startswith("sglang/srt/arg_groups/")
         ):
             continue
-        tree = ast.parse(wheels.member(release, name))
+        tree = syntax.tree(wheels.member(release, name))
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
                 target = node.targets[0]
@@ -264,7 +264,7 @@ def test_fa3_agrees_with_the_releases_own_assertion(release: str) -> None:
 @pytest.mark.parametrize("release", ["0.5.9", "0.5.23"])
 def test_torch_symm_mem_agrees_with_the_releases_size_table(release: str) -> None:
     path = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
-    tree = ast.parse(_source(release, path))
+    tree = syntax.tree(_source(release, path))
     majors = next(
         {key.value for key in node.value.keys if isinstance(key, ast.Constant)}
         for node in ast.walk(tree)

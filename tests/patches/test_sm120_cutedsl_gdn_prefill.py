@@ -15,7 +15,7 @@ from packaging.version import Version
 from sglpatch import engine
 from sglpatch.patches.sm120_cutedsl_gdn_prefill import OURS, UPSTREAM, Sm120CutedslGdnPrefill
 from sglpatch.results import Applied
-from tests.support import wheels
+from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
@@ -28,7 +28,7 @@ APPLIED = ["0.5.13", "0.5.15.post1", "0.5.18", "0.5.22"]
 
 def gate(source: bytes, name: str) -> Callable[[tuple[int, int]], bool]:
     """The module's helper `name`, run against a stand-in GPU of the given capability."""
-    tree = ast.parse(source)
+    tree = syntax.tree(source)
     function = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
     code = compile(ast.Module(body=[function], type_ignores=[]), KERNEL, "exec")
 

@@ -17,7 +17,7 @@ from packaging.version import Version
 from sglpatch import engine
 from sglpatch.patches.sm120_fused_a_gemm_gate import CLASS, FLAG, Sm120FusedAGemmGate
 from sglpatch.results import AlreadyApplied, Applied
-from tests.support import wheels
+from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
@@ -31,7 +31,7 @@ BF16 = object()  # torch.bfloat16 stand-in
 
 @cache
 def _gate(source: bytes) -> CodeType:
-    tree = ast.parse(source)
+    tree = syntax.tree(source)
     model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == CLASS)
     init = next(n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
     value = next(

@@ -16,7 +16,7 @@ from sglpatch import engine
 from sglpatch.patches.sm120_hybrid_gdn_backend import TARGET, Sm120HybridGdnBackend
 from sglpatch.results import Applied
 from tests.support import stand_ins_moe as stand_ins
-from tests.support import wheels
+from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
@@ -32,7 +32,7 @@ RELEASES = ["0.5.4.post2", "0.5.5.post2", "0.5.9"]  # {triton}, then {triton, tr
 @cache
 def _check(source: bytes) -> ast.stmt:
     """`if is_blackwell(): ...` in attn_backend_wrapper's hybrid-GDN branch."""
-    tree = ast.parse(source)
+    tree = syntax.tree(source)
     (wrapper,) = [
         n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "attn_backend_wrapper"
     ]
@@ -71,7 +71,7 @@ def admitted(source: bytes, release: str, capability: tuple[int, int]) -> set[st
 
 def default_backend(release: str, capability: tuple[int, int]) -> str:
     """The attention backend the release's ServerArgs picks when none is given (MHA model)."""
-    tree = ast.parse(wheels.member(release, "sglang/srt/server_args.py"))
+    tree = syntax.tree(wheels.member(release, "sglang/srt/server_args.py"))
     (method,) = [
         n
         for n in ast.walk(tree)

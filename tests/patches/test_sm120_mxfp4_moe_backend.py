@@ -14,7 +14,7 @@ from sglpatch import engine
 from sglpatch.patches.sm120_mxfp4_moe_backend import TARGET, Sm120Mxfp4MoeBackend
 from sglpatch.results import Applied
 from tests.support import stand_ins_moe as stand_ins
-from tests.support import wheels
+from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
@@ -61,7 +61,7 @@ def _selection(source: bytes) -> ast.stmt:
     def is_head(node: ast.stmt) -> bool:
         return isinstance(node, ast.If) and any(_gate(b.test) for b in _chain(node))
 
-    tree = ast.parse(source)
+    tree = syntax.tree(source)
     heads = [n for n in ast.walk(tree) if isinstance(n, ast.stmt) and is_head(n)]
     elifs = {id(n.orelse[0]) for n in heads if isinstance(n, ast.If) and n.orelse}
     (head,) = [n for n in heads if id(n) not in elifs]  # elif nodes are Ifs too

@@ -22,7 +22,7 @@ from packaging.version import Version
 from sglpatch import engine
 from sglpatch.patches.sm120_nvfp4_moe_backend import METHOD, Sm120Nvfp4MoeBackend
 from sglpatch.results import Applied
-from tests.support import wheels
+from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
@@ -81,7 +81,7 @@ class _Args:
 @cache
 def _method(source: bytes) -> CodeType:
     """The method alone, compiled once per source (the file is large; the grid is not)."""
-    tree = ast.parse(source)
+    tree = syntax.tree(source)
     server_args = next(
         n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs"
     )

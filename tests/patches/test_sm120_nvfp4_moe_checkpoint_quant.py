@@ -31,7 +31,7 @@ from sglpatch import engine, support
 from sglpatch.patches.sm120_nvfp4_moe_backend import Sm120Nvfp4MoeBackend
 from sglpatch.patches.sm120_nvfp4_moe_checkpoint_quant import Sm120Nvfp4MoeCheckpointQuant
 from sglpatch.results import AlreadyApplied, Applied
-from tests.support import census, wheels
+from tests.support import census, syntax, wheels
 from tests.support import stand_ins_moe as stand_ins
 from tests.support.matrix import MatrixHooks
 
@@ -119,7 +119,7 @@ class _Platform(stand_ins.StandInPlatform):
 @cache
 def _method(source: bytes) -> Any:
     """`ServerArgs._handle_moe_kernel_config` alone, compiled once per source."""
-    tree = ast.parse(source)
+    tree = syntax.tree(source)
     server_args = next(
         n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs"
     )
@@ -175,7 +175,7 @@ def resolve(
 @cache
 def _backend_enum(release: str) -> type[Enum]:
     """The release's own `MoeRunnerBackend` (and its 0.5.20+ predicate mixin), compiled alone."""
-    tree = ast.parse(wheels.member(release, MOE_UTILS))
+    tree = syntax.tree(wheels.member(release, MOE_UTILS))
     wanted = {"_MoeRunnerBackendPredicates", "MoeRunnerBackend"}
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in wanted]
     namespace: dict[str, Any] = {"Enum": Enum, "__name__": "stand_in_moe_utils"}
@@ -187,7 +187,7 @@ def _backend_enum(release: str) -> type[Enum]:
 @cache
 def _auto_statement(release: str) -> ast.stmt:
     """`if moe_runner_backend.is_auto(): ...` at the head of the NVFP4 method's create_moe_runner."""
-    tree = ast.parse(wheels.member(release, MODELOPT))
+    tree = syntax.tree(wheels.member(release, MODELOPT))
     method_class = next(
         n
         for n in tree.body

@@ -21,7 +21,7 @@ from sglpatch.patch import Patch
 from sglpatch.patches.sm120_olmo_fa3_fallback import OVERRIDE, Sm120OlmoFa3Fallback
 from sglpatch.results import Applied
 from tests.support import stand_ins_moe as stand_ins
-from tests.support import wheels
+from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
@@ -77,7 +77,7 @@ def _fa3_from_ampere(node: ast.If) -> bool:
 @cache
 def selection(source: bytes, function: str, architecture: str) -> ast.stmt:
     """`if <args>.attention_backend is None:` holding the architecture's fa3 chain."""
-    tree = ast.parse(source)
+    tree = syntax.tree(source)
     scopes: list[ast.AST] = [
         n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function
     ] or [
@@ -118,7 +118,7 @@ def choice(
 
 def fa3_starts(release: str, capability: tuple[int, int]) -> bool:
     """The release's own FA3 start-up assertion (`create_flashattention_v3_backend`)."""
-    tree = ast.parse(wheels.member(release, REGISTRY))
+    tree = syntax.tree(wheels.member(release, REGISTRY))
     (function,) = [
         n
         for n in ast.walk(tree)

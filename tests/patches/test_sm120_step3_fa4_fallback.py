@@ -26,7 +26,7 @@ from sglpatch.patches.sm120_step3_fa4_fallback import (
 from sglpatch.results import AlreadyApplied, Applied
 from tests.patches import test_sm120_default_mha_trtllm_gate as defaults
 from tests.support import stand_ins_moe as stand_ins
-from tests.support import wheels
+from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
@@ -54,7 +54,7 @@ def path(release: str) -> str:
 @cache
 def selection(source: bytes) -> ast.stmt:
     """`if ...is_attention_backend_not_set(...):` of the Step3p override."""
-    tree = ast.parse(source)
+    tree = syntax.tree(source)
     scopes: list[ast.AST] = [
         n
         for n in ast.walk(tree)
@@ -83,7 +83,7 @@ def _not_set(release: str) -> Any:
     for name in ("sglang/srt/arg_groups/model_override_base.py", "sglang/srt/server_args.py"):
         if name not in wheels.members(release):
             continue
-        tree = ast.parse(wheels.member(release, name))
+        tree = syntax.tree(wheels.member(release, name))
         found = [
             n
             for n in ast.walk(tree)
@@ -155,7 +155,7 @@ def test_unpatched_capability_12_gets_fa4_which_does_not_run_there(
 
 @pytest.mark.parametrize("release", sorted(VENDORED))
 def test_the_vendored_fa4_asserts_paged_kv_on_sm_12(release: str) -> None:
-    tree = ast.parse(wheels.member(release, VENDORED[release]))
+    tree = syntax.tree(wheels.member(release, VENDORED[release]))
     branches = [
         n
         for n in ast.walk(tree)

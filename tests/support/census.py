@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from tests.support import wheels
+from tests.support import syntax, wheels
 
 Capability = tuple[int, int]
 
@@ -212,7 +212,7 @@ def _loads(statement: ast.stmt) -> set[str]:
 
 @functools.cache
 def _index(source: bytes) -> tuple[ast.Module, dict[str, list[int]]]:
-    tree = ast.parse(source)
+    tree = syntax.tree(source)
     where: dict[str, list[int]] = {}
     for number, statement in enumerate(tree.body):
         for name in _defines(statement):
@@ -820,7 +820,7 @@ def _why(error: BaseException) -> str:
 def mla_architectures(release: str) -> frozenset[str]:
     """The architectures the release's ModelConfig gives `AttentionArch.MLA`: the string
     constants of each `if` whose body sets `self.attention_arch = AttentionArch.MLA`."""
-    tree = ast.parse(wheels.member(release, MODEL_CONFIG))
+    tree = syntax.tree(wheels.member(release, MODEL_CONFIG))
     found: set[str] = set()
     for node in ast.walk(tree):
         if not isinstance(node, ast.If):

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
+from tests.support import syntax
+
 SIZES_MODULE = "sglang.srt.distributed.device_communicators.all_reduce_utils"
 MiB = 1024 * 1024
 
@@ -60,7 +62,7 @@ def _stand_ins(
     # multicast pointer; with it (NVSwitch systems such as B200), a real address.
     symm.rendezvous.return_value.multicast_ptr = 0x7F0000000000 if multicast else 0
     fakes: dict[str, Any] = {}
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(syntax.tree(source)):
         names = (
             [a.name for a in node.names] if isinstance(node, ast.Import)
             else [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
@@ -126,7 +128,7 @@ def communicator_run(
 
 def model_methods(source: bytes, class_name: str, names: typing.Iterable[str]) -> type:
     """A class holding just the named methods of `class_name`, compiled from the source."""
-    tree = ast.parse(source)
+    tree = syntax.tree(source)
     (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name]
     wanted = set(names)
     body: list[ast.stmt] = [

@@ -14,6 +14,7 @@ capability, architecture and flags. Nothing imports torch or SGLang.
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import sys
 import types
@@ -23,7 +24,7 @@ from unittest import mock
 
 from packaging.version import Version
 
-from tests.support import stand_ins_moe, wheels
+from tests.support import stand_ins_moe, syntax, wheels
 
 PASSES = ("_dsa_kv_cache_dtype_default", "_dsa_split_backend_resolution")
 OVERRIDES = Version("0.5.15")  # the choice moved out of ServerArgs into arg_groups/overrides.py
@@ -50,23 +51,29 @@ class View:
 
 
 def _compiled(source: bytes, names: dict[str, Any]) -> dict[str, Callable[..., Any]]:
-    tree = ast.parse(source)
     wanted = set(PASSES) | set(HELPERS) | {"_DEEPSEEK_FAMILY_ARCHS"}
     body = [
-        node
-        for node in tree.body
+        _undecorated(node)
+        for node in syntax.tree(source).body
         if (isinstance(node, ast.FunctionDef) and node.name in wanted)
         or (
             isinstance(node, ast.Assign)
             and any(isinstance(t, ast.Name) and t.id in wanted for t in node.targets)
         )
     ]
-    for node in body:  # `@register_post_process` only registers; run the functions bare
-        if isinstance(node, ast.FunctionDef):
-            node.decorator_list = []
     namespace = dict(names)
     exec(compile(ast.Module(body=body, type_ignores=[]), "overrides.py", "exec"), namespace)
     return {name: namespace[name] for name in PASSES}
+
+
+def _undecorated(node: ast.stmt) -> ast.stmt:
+    """`@register_post_process` only registers: run the functions bare (a copy: the tree is
+    shared)."""
+    if not isinstance(node, ast.FunctionDef):
+        return node
+    bare = copy.copy(node)
+    bare.decorator_list = []
+    return bare
 
 
 def resolve(source: bytes, release: str, capability: tuple[int, int], view: View) -> dict[str, Any]:
@@ -121,7 +128,7 @@ def _self_calls(nodes: list[ast.stmt]) -> list[str]:
 def _steps(source: bytes) -> tuple[list[ast.stmt], dict[str, ast.FunctionDef], set[str]]:
     """The DSA statements of `_handle_model_specific_adjustments`, the methods they call and
     the architectures of the `if model_arch in [...]` that reaches them."""
-    tree = ast.parse(source)
+    tree = syntax.tree(source)
     (server_args,) = [
         n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs"
     ]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from unittest import mock
 
-from tests.support import wheels
+from tests.support import syntax, wheels
 
 COMMON = "sglang/srt/utils/common.py"
 ENVIRON = "sglang/srt/environ.py"
@@ -115,7 +115,7 @@ def _env_defaults_cached(release: str) -> dict[str, Any]:
 @functools.cache
 def _probe_code(release: str) -> types.CodeType:
     """The release's capability probes and everything of common.py they call, compiled."""
-    tree = ast.parse(wheels.member(release, COMMON))
+    tree = syntax.tree(wheels.member(release, COMMON))
     defines: dict[str, ast.stmt] = {}
     for statement in tree.body:
         for name in _defined_names(statement):
@@ -164,7 +164,7 @@ def _env_defaults(release: str) -> dict[str, Any]:
     except KeyError:  # 0.5.3 and 0.5.3.post1 read os.environ through get_bool_env_var only
         return {}
     defaults: dict[str, Any] = {}
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(syntax.tree(source)):
         if (
             isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Call)
@@ -218,7 +218,7 @@ class _Envs:
 def _platform_table(release: str) -> dict[str, str]:
     """The release's `_PLATFORM_PROBES` and `_PLATFORM_VALUES`: fact -> probe in common.py."""
     table: dict[str, str] = {}
-    for node in ast.parse(wheels.member(release, RUNTIME_CONTEXT)).body:
+    for node in syntax.tree(wheels.member(release, RUNTIME_CONTEXT)).body:
         if isinstance(node, ast.AnnAssign | ast.Assign) and node.value is not None:
             names = _defined_names(node) if isinstance(node, ast.Assign) else [
                 node.target.id if isinstance(node.target, ast.Name) else ""
@@ -275,7 +275,7 @@ def _deep_gemm(kind: DeepGemm) -> types.ModuleType | None:
 def _imports(source: bytes) -> list[str]:
     """Every absolute module the source imports, at any depth."""
     imported: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(syntax.tree(source)):
         if isinstance(node, ast.Import):
             imported.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

@@ -27,7 +27,7 @@ from functools import lru_cache, partial
 from typing import Any
 from unittest import mock
 
-from tests.support import wheels
+from tests.support import syntax, wheels
 
 COMMON = "sglang/srt/utils/common.py"
 CAPABILITIES = [(8, 9), (9, 0), (10, 0), (12, 0), (12, 1)]
@@ -74,9 +74,8 @@ def _free_names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
-@lru_cache(maxsize=8)
 def _common_tree(release: str) -> ast.Module:
-    return ast.parse(wheels.member(release, COMMON))
+    return syntax.tree(wheels.member(release, COMMON))
 
 
 def device_predicates(release: str, capability: tuple[int, int]) -> dict[str, Callable[..., Any]]:
@@ -165,7 +164,7 @@ def host_names(release: str, capability: tuple[int, int]) -> dict[str, Any]:
 
 def find_statement(source: bytes, wanted: Callable[[ast.stmt], bool], what: str) -> ast.stmt:
     """The one statement (at any depth) for which `wanted` holds."""
-    found = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.stmt) and wanted(n)]
+    found = [n for n in ast.walk(syntax.tree(source)) if isinstance(n, ast.stmt) and wanted(n)]
     if len(found) != 1:
         raise LookupError(f"expected one {what}, found {len(found)}")
     return found[0]
@@ -227,7 +226,7 @@ def _import_stand_ins(statement: ast.stmt, names: Mapping[str, Any]) -> dict[str
 def load_function(source: bytes, name: str, names: Mapping[str, Any]) -> Callable[..., Any]:
     """A module-level function compiled alone, with the module-level assignments it reads
     (e.g. `_is_sm100_supported = is_cuda() and is_sm100_supported()`) evaluated from `names`."""
-    tree = ast.parse(source)
+    tree = syntax.tree(source)
     definitions = _top_level_definitions(tree)
     function = definitions.get(name)
     if not isinstance(function, ast.FunctionDef):

@@ -1,0 +1,66 @@
+"""Python syntax trees (`ast`) of wheel sources, parsed once per test process and only read.
+
+The stand-ins cut SGLang's selection code out of a release's source with `ast`, and the tests
+ask for the same files again and again: the matrix builds 0.5.22's tilelang kernel 50 times,
+each from its source, and every patch test compiles its release's capability predicates from
+`common.py`. Those repeated parses were a fifth of the suite's CPU (py-spy, 2026-12-02).
+
+A tree from `tree` is shared, so its readers follow one rule: put its nodes into new nodes
+(`compile` leaves them as they are), never assign to a field of one (`copy.copy` it first).
+`unchanged` proves the rule held: a tree dropped from the cache, and every tree still held at the
+end of the session (conftest), must dump as it did when it was parsed.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import OrderedDict
+
+# Bytes of source whose trees are kept (a tree takes some 23 times its source): a release's
+# server_args.py is up to 300 kB, common.py about 150 kB.
+BUDGET = 8_000_000
+
+
+class SharedTrees:
+    """`ast.parse`, with the trees of the most recently used sources kept."""
+
+    def __init__(self, budget: int = BUDGET) -> None:
+        self._budget = budget
+        self._held = 0
+        self._kept: OrderedDict[str | bytes, tuple[ast.Module, int]] = OrderedDict()
+
+    def __call__(self, source: str | bytes) -> ast.Module:
+        if source in self._kept:
+            self._kept.move_to_end(source)
+            return self._kept[source][0]
+        tree = ast.parse(source)
+        self._kept[source] = (tree, _fingerprint(tree))
+        self._held += len(source)
+        while self._held > self._budget and len(self._kept) > 1:
+            dropped, (old, fingerprint) = self._kept.popitem(last=False)
+            self._held -= len(dropped)
+            _check(dropped, old, fingerprint)
+        return tree
+
+    def unchanged(self) -> None:
+        """Every tree held still reads as parsed (AssertionError names one that does not)."""
+        for source, (tree, fingerprint) in self._kept.items():
+            _check(source, tree, fingerprint)
+
+
+def _fingerprint(tree: ast.Module) -> int:
+    return hash(ast.dump(tree, include_attributes=True))
+
+
+def _check(source: str | bytes, tree: ast.Module, fingerprint: int) -> None:
+    if _fingerprint(tree) == fingerprint:
+        return
+    text = source if isinstance(source, str) else source.decode(errors="replace")
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    raise AssertionError(
+        f"a test changed a shared syntax tree (of the source starting {first[:80]!r}): copy a "
+        "node before assigning to its fields (tests/support/syntax.py)"
+    )
+
+
+tree = SharedTrees()
