@@ -205,3 +205,10 @@ def assert_left_alone(patch: Patch, release: str) -> None:
     outcome = outcomes[patch.id]
     assert change is None, release
     assert isinstance(outcome, AlreadyApplied) and outcome.by == "upstream", (release, outcome)
+
+
+if __name__ == "__main__":  # scripts/test: fetch the wheels while the checks run
+    try:
+        fetch(RELEASES)
+    except RuntimeError as error:  # the tests download again, and say why they could not
+        sys.exit(f"tests: prefetching the wheels failed: {str(error).splitlines()[0]}")
