@@ -8,7 +8,8 @@ each from its source, and every patch test compiles its release's capability pre
 A tree from `tree` is shared, so its readers follow one rule: put its nodes into new nodes
 (`compile` leaves them as they are), never assign to a field of one (`copy.copy` it first).
 `unchanged` proves the rule held: a tree dropped from the cache, and every tree still held at the
-end of the session (conftest), must dump as it did when it was parsed.
+end of the session (conftest), must dump as it did when it was parsed (`ast.dump`: every field,
+not the line numbers, which cost as much again and which no reader sets).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class SharedTrees:
 
 
 def _fingerprint(tree: ast.Module) -> int:
-    return hash(ast.dump(tree, include_attributes=True))
+    return hash(ast.dump(tree))
 
 
 def _check(source: str | bytes, tree: ast.Module, fingerprint: int) -> None:
