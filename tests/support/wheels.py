@@ -6,6 +6,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from functools import cache
@@ -74,6 +75,9 @@ def _locked(release: str) -> Iterator[None]:
         yield
 
 
+_saying = threading.Lock()
+
+
 def _download(release: str, talk: bool) -> None:
     """`pip download` one release, saying so in one line (with `talk`, on a terminal, with
     pip's progress; without, the caller has lifted the capture and others run beside it)."""
@@ -83,13 +87,14 @@ def _download(release: str, talk: bool) -> None:
     with terminal() if talk else contextlib.nullcontext():
         shown = talk and sys.stderr.isatty()
         have = len(list(CACHE.glob("sglang-*.whl")))
-        print(
-            f"tests: downloading the sglang {release} wheel into {CACHE} "
-            f"({have} of {len(RELEASES)} releases there; all of them take about 360 MB, "
-            "once; SGLPATCH_WHEEL_CACHE reuses a folder)",
-            file=sys.stderr,
-            flush=True,
-        )
+        with _saying:  # print writes the line and its end apart: downloads side by side
+            print(
+                f"tests: downloading the sglang {release} wheel into {CACHE} "
+                f"({have} of {len(RELEASES)} releases there; all of them take about 360 MB, "
+                "once; SGLPATCH_WHEEL_CACHE reuses a folder)",
+                file=sys.stderr,
+                flush=True,
+            )
         quiet = [] if shown else ["--quiet", "--progress-bar", "off"]
         landing = Path(tempfile.mkdtemp(prefix=".download-", dir=CACHE))
         try:
