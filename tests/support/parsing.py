@@ -46,7 +46,7 @@ class SharedParses:
             return self._parse(source)
         return self._shared(source, source, (source,))
 
-    def _shared(self, key: Hashable, source: bytes, args: tuple[Any, ...]) -> Any:
+    def _shared(self, key: Hashable, source: str | bytes, args: tuple[Any, ...]) -> Any:
         if key in self._kept:
             self._kept.move_to_end(key)
             return self._kept[key][0]
@@ -55,9 +55,13 @@ class SharedParses:
             self._kept[key] = (parsed, len(source))
             self._held += len(source)
             while self._held > self._budget:
-                _, (_, size) = self._kept.popitem(last=False)
+                dropped, (result, size) = self._kept.popitem(last=False)
                 self._held -= size
+                self._dropped(dropped, result)
         return parsed
+
+    def _dropped(self, key: Hashable, result: Any) -> None:
+        """Called with what leaves the cache (a subclass checks it)."""
 
 
 class SharedCuts(SharedParses):

@@ -15,48 +15,49 @@ not the line numbers, which cost as much again and which no reader sets).
 from __future__ import annotations
 
 import ast
-from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Any
+
+from tests.support import parsing
 
 # Bytes of source whose trees are kept (a tree takes some 23 times its source): a release's
 # server_args.py is up to 300 kB, common.py about 150 kB.
 BUDGET = 8_000_000
 
 
-class SharedTrees:
-    """`ast.parse`, with the trees of the most recently used sources kept."""
+class SharedTrees(parsing.SharedParses):
+    """`ast.parse`, with the trees of the most recently used sources kept, each with the
+    fingerprint it had when parsed."""
 
     def __init__(self, budget: int = BUDGET) -> None:
-        self._budget = budget
-        self._held = 0
-        self._kept: OrderedDict[str | bytes, tuple[ast.Module, int]] = OrderedDict()
+        super().__init__(_fingerprinted, budget)
 
     def __call__(self, source: str | bytes) -> ast.Module:
-        if source in self._kept:
-            self._kept.move_to_end(source)
-            return self._kept[source][0]
-        tree = ast.parse(source)
-        self._kept[source] = (tree, _fingerprint(tree))
-        self._held += len(source)
-        while self._held > self._budget and len(self._kept) > 1:
-            dropped, (old, fingerprint) = self._kept.popitem(last=False)
-            self._held -= len(dropped)
-            _check(dropped, old, fingerprint)
+        tree: ast.Module = self._shared(source, source, (source,))[0]
         return tree
+
+    def _dropped(self, key: Hashable, result: Any) -> None:
+        _check(key, *result)
 
     def unchanged(self) -> None:
         """Every tree held still reads as parsed (AssertionError names one that does not)."""
-        for source, (tree, fingerprint) in self._kept.items():
-            _check(source, tree, fingerprint)
+        for source, (result, _) in self._kept.items():
+            _check(source, *result)
+
+
+def _fingerprinted(source: str | bytes) -> tuple[ast.Module, int]:
+    tree = ast.parse(source)
+    return tree, _fingerprint(tree)
 
 
 def _fingerprint(tree: ast.Module) -> int:
     return hash(ast.dump(tree))
 
 
-def _check(source: str | bytes, tree: ast.Module, fingerprint: int) -> None:
+def _check(source: Hashable, tree: ast.Module, fingerprint: int) -> None:
     if _fingerprint(tree) == fingerprint:
         return
-    text = source if isinstance(source, str) else source.decode(errors="replace")
+    text = source.decode(errors="replace") if isinstance(source, bytes) else str(source)
     first = text.strip().splitlines()[0] if text.strip() else ""
     raise AssertionError(
         f"a test changed a shared syntax tree (of the source starting {first[:80]!r}): copy a "
