@@ -18,6 +18,7 @@ from sglpatch.patch import (
     PostconditionFailed,
     blame,
 )
+from sglpatch.reading import NotRegularFile, read_regular
 from sglpatch.results import AlreadyApplied, Applied, Failed, NotApplicable, Outcome
 from sglpatch.target import Target, symlink_on_the_way
 
@@ -299,9 +300,11 @@ def _read_source(target: Target, package_path: str) -> bytes:
             "inside the tree"
         )
     try:
-        source = path.read_bytes()
+        source = read_regular(path)  # a FIFO or a device here is refused, never waited on
     except FileNotFoundError:
         raise _Unreadable("file is missing") from None
+    except NotRegularFile as error:
+        raise _Unreadable(error.strerror) from None
     except OSError as error:
         raise _Unreadable(f"cannot read: {error.strerror}") from None
     try:

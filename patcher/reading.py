@@ -21,19 +21,33 @@ class NotRegularFile(OSError):
 
 
 def read_regular(
-    path: str | os.PathLike[str], limit: int = READ_LIMIT, *, whole: bool = True
+    path: str | os.PathLike[str],
+    limit: int = READ_LIMIT,
+    *,
+    whole: bool = True,
+    follow: bool = True,
 ) -> bytes:
-    """The bytes of a regular file (symbolic links followed), at most `limit` of them.
+    """The bytes of a regular file, at most `limit` of them.
 
     Raises NotRegularFile for anything else, and for a file over `limit` bytes; with
-    `whole=False` a larger file gives its first `limit` bytes instead.
+    `whole=False` a larger file gives its first `limit` bytes instead. A symbolic link is followed,
+    unless `follow=False` (sglpatch's own files, where a link is damage: it is refused).
     """
-    info = os.stat(path)  # noqa: PTH116 - the scanner passes plain strings: cheaper than Paths
+    # Plain os calls: the scanner passes strings, cheaper than Paths.
+    info = os.stat(path) if follow else os.lstat(path)  # noqa: PTH116
+    if stat.S_ISLNK(info.st_mode):
+        raise NotRegularFile(errno.ELOOP, "a symbolic link", os.fspath(path))
     if not stat.S_ISREG(info.st_mode):
         raise NotRegularFile(errno.EINVAL, "not a regular file", os.fspath(path))
     if whole and info.st_size > limit:
         raise NotRegularFile(errno.EFBIG, f"larger than {_size(limit)}", os.fspath(path))
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags if follow else flags | os.O_NOFOLLOW)
+    except OSError as error:
+        if error.errno == errno.ELOOP and not follow:  # a link swapped in after the check
+            raise NotRegularFile(errno.ELOOP, "a symbolic link", os.fspath(path)) from None
+        raise
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped after the check
             raise NotRegularFile(errno.EINVAL, "not a regular file", os.fspath(path))

@@ -316,6 +316,6 @@ class Repository:
 
 def _read_or_none(path: Path) -> bytes | None:
     try:
-        return path.read_bytes()
+        return read_regular(path, follow=False)
     except FileNotFoundError:
         return None

@@ -258,9 +258,16 @@ class Record:
         """Bytes saved by an earlier commit: kind is original, patched or edited."""
         for spelled in (path, _other_spelling(path)):
             try:
-                return (self.directory / "files" / kind / confined(spelled)).read_bytes()
-            except OSError:
+                return read_regular(
+                    self.directory / "files" / kind / confined(spelled), follow=False
+                )
+            except (FileNotFoundError, NotADirectoryError):
                 continue
+            except OSError as error:  # a FIFO, a device or a link is damage, never waited on
+                reason = error.strerror or str(error)
+                raise LedgerError(
+                    f"the {kind} bytes of {path} are unreadable ({reason})", str(self.directory)
+                ) from None
         raise LedgerError(f"the {kind} bytes of {path} are missing", str(self.directory))
 
     @contextmanager
