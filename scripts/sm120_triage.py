@@ -18,14 +18,12 @@ new release) appears as "unreviewed", so a re-run never loses an old verdict.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import difflib
 import hashlib
 import itertools
 import json
 import os
 import re
-import stat
 import sys
 import tempfile
 import zipfile
@@ -36,6 +34,8 @@ from pathlib import Path, PurePosixPath
 from typing import NoReturn
 
 from packaging.version import InvalidVersion, Version
+
+from sglpatch.store.fsio import write_output  # as a shell's `>`, but whole
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -683,31 +683,6 @@ def _check_out(out: Path, writing: bool) -> None:
     Path(probe).unlink()
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` by one rename: a reader, or a failure, sees the old file or the new one."""
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    temp = Path(name)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-        temp.chmod(_mode(path))
-        temp.replace(path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temp.unlink()
-        raise
-
-
-def _mode(path: Path) -> int:
-    """The permissions `path` has, or those of a new file (mkstemp makes its files 0600)."""
-    try:
-        return stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
 def _parser() -> _Parser:
     parser = _Parser(prog=PROG, description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -768,7 +743,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{unreviewed} hunks have no verdict", file=sys.stderr)
         return 1 if stale or unreviewed else 0
     try:
-        write_atomically(args.out, text)
+        write_output(args.out, text.encode())
     except OSError as error:
         raise TriageError(f"--out {args.out}: cannot write it: {error.strerror}", code=1) from None
     print(f"{args.out}: {len(table)} rows, {len(hunks)} hunks, {unreviewed} unreviewed")

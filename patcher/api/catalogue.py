@@ -12,7 +12,7 @@ from sglpatch.errors import RefusedError, UsageError
 from sglpatch.patch import Patch
 from sglpatch.reports import CatalogueRow, ExportReport
 from sglpatch.store import Record, sha256
-from sglpatch.store.fsio import write_atomic
+from sglpatch.store.fsio import write_output
 from sglpatch.target import Target, find_target, parse_release
 
 
@@ -75,9 +75,9 @@ def export(
     report = ExportReport(target, text, tuple(c.path for c in plan.changes), plan.outcomes, output)
     if not report.failures and output != "-":
         try:
-            write_atomic(Path(output), text.encode("utf-8"))
+            write_output(Path(output), text.encode("utf-8"))
         except OSError as error:
-            raise UsageError(f"cannot write {output}: {error.strerror}") from None
+            raise UsageError(f"cannot write {output}: {error.strerror or error}") from None
     return report
 
 

@@ -99,8 +99,9 @@ def export(
     if output == "-":
         typer.echo(report.diff, nl=False)
         return
+    wrote = f"Wrote {output}: {len(report.changed)} file(s), from SGLang {report.target.release}."
+    if not Path(output).is_file():  # a device or a FIFO: there is no file to apply later
+        typer.echo(wrote)
+        return
     written = shlex.quote(str(Path(output).absolute()))  # still right after the `cd` it implies
-    typer.echo(
-        f"Wrote {output}: {len(report.changed)} file(s), from SGLang {report.target.release}. "
-        f"Apply it in {report.target.root} with: patch -p1 < {written}"
-    )
+    typer.echo(f"{wrote} Apply it in {report.target.root} with: patch -p1 < {written}")

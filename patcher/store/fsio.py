@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from collections.abc import Callable, Mapping, Sequence
@@ -265,3 +266,48 @@ def write_atomic(path: Path, data: bytes) -> None:
     temp = _stage(path, data)
     temp.replace(path)
     _fsync_dir(path.parent)
+
+
+def write_output(path: Path, data: bytes) -> None:
+    """Write `data` where the user pointed an output option, as a shell's `>` would, but whole.
+
+    A new file, or a regular file of the writer's own with no other hard link (a symbolic link is
+    followed to it), gets the bytes by one rename: a failure leaves the old file. Anything else a
+    redirection writes to is written in place, never renamed over: a device (`/dev/null`,
+    `/dev/stdout`), a FIFO that a process reads, a file someone else owns or that has other links.
+    A FIFO with no reader, a socket or a folder is refused. Raises OSError.
+    """
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        info = None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
+    if info is None or (
+        stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_uid == os.geteuid()
+    ):
+        real = Path(os.path.realpath(path))  # a link's target is what a redirection writes
+        temp = _stage(real, data)
+        try:
+            temp.replace(real)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(real.parent)
+        return
+    regular = stat.S_ISREG(info.st_mode)
+    flags = os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_TRUNC if regular else 0)
+    try:
+        fd = os.open(path, flags)  # non-blocking: a FIFO with no reader fails at once
+    except OSError as error:
+        if error.errno == errno.ENXIO:
+            what = "a FIFO that no process reads" if stat.S_ISFIFO(info.st_mode) else "a socket"
+            raise OSError(errno.ENXIO, what, str(path)) from None
+        raise
+    try:
+        os.set_blocking(fd, True)  # a reader takes the bytes at its own pace
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
