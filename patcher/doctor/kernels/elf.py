@@ -2,9 +2,11 @@
 
 A kernel library is hundreds of megabytes (sgl-kernel's `common_ops` is ~370 MB); only the
 ELF header, the section table, the section names and what the caller then asks of a section
-are read, a page or so at a time, so the cost is a few pages whatever the size. Layout: the
-System V gABI, "ELF-64 Object File Format" (64-bit, little-endian only: every CUDA host library
-on x86-64 and aarch64 Linux, and every cubin).
+are read, a page or so at a time, so the cost is a few pages whatever the size. What the
+headers claim is capped too (how many sections, how long a name), so a damaged or hostile file
+costs no more than a real one: past a cap the file is a `BadBinary`. Layout: the System V
+gABI, "ELF-64 Object File Format" (64-bit, little-endian only: every CUDA host library on
+x86-64 and aarch64 Linux, and every cubin).
 """
 
 from __future__ import annotations
@@ -25,8 +27,17 @@ SHT_NOBITS = 8
 
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")  # Elf64_Ehdr, 64 bytes
 _SHDR = struct.Struct("<IIQQQQIIQQ")  # Elf64_Shdr, 64 bytes
-# A real library has a few dozen sections; a table claiming more is damage, not a library.
-_MAX_SECTIONS = 65_535
+# The section table is read whole and every name in it, so its length bounds the cost. Measured:
+# 30-41 sections in the host libraries of the sgl-kernel 0.3.21, torch 2.9.1 and triton wheels,
+# at most 40 in flashinfer-cubin 0.6.3's 5,363 cubins (a cubin has a few per kernel). 4,096
+# leaves a hundredfold margin and keeps the table to 256 KiB; more is damage.
+_MAX_SECTIONS = 4096
+# A name is read at most this far (in `_NAME_STEP` pieces) before it is damage. Host libraries'
+# names are short (21 bytes at most, measured), but a cubin's carry mangled kernel names: 390 of
+# flashinfer-cubin 0.6.3's are over 256 bytes (271 at most), and CUTLASS template names run to
+# a few KiB. Without a bound, names pointing into a NUL-free table are each read to its end.
+_MAX_NAME = 4096
+_NAME_STEP = 256
 # What one read fetches at least: later small reads next to it (the next entry header, the next
 # section name) are served from it.
 _BLOCK = 4096
@@ -143,10 +154,15 @@ def parse(data: Span) -> ElfImage:
         raise BadBinary("not an ELF file")
     if ident[4] != ELFCLASS64 or ident[5] != ELFDATA2LSB:
         raise BadBinary("not a 64-bit little-endian ELF file")
-    if shoff == 0 or shnum == 0:
+    if shoff == 0:
         return ElfImage(machine, ident[7], ident[8], flags, ())
+    if shnum == 0:  # the gABI's extended numbering, for 65,280 sections or more
+        raise BadBinary(f"damaged section table (more than {_MAX_SECTIONS} sections)")
     if shentsize != _SHDR.size or shnum > _MAX_SECTIONS:
-        raise BadBinary(f"damaged section table ({shnum} entries of {shentsize} bytes)")
+        raise BadBinary(
+            f"damaged section table ({shnum} entries of {shentsize} bytes; at most "
+            f"{_MAX_SECTIONS} of {_SHDR.size} are read)"
+        )
     if shoff + shnum * _SHDR.size > len(data):
         raise BadBinary(
             f"truncated ELF: the section table ends at byte {shoff + shnum * _SHDR.size}, "
@@ -168,16 +184,27 @@ def parse(data: Span) -> ElfImage:
 
 
 def _name(names: Span, offset: int) -> str:
-    """The name at `offset` of the section-name table: to its NUL, or to the table's end."""
-    parts = []
-    while offset < len(names):
-        chunk = names.read(offset, 256)
+    """The name at `offset` of the section-name table, to its NUL; BadBinary when it lies
+    outside the table, has no NUL before the table ends, or is longer than `_MAX_NAME`."""
+    if offset >= len(names):
+        raise BadBinary(
+            f"damaged section-name table: a name at byte {offset}, past its {len(names)} bytes"
+        )
+    parts, length = [], 0
+    while length <= _MAX_NAME:
+        chunk = names.read(offset + length, _NAME_STEP)
+        if not chunk:
+            raise BadBinary(f"damaged section-name table: the name at byte {offset} has no end")
         end = chunk.find(b"\0")
+        parts.append(chunk[: end if end >= 0 else None])
+        length += len(parts[-1])
         if end >= 0:
-            parts.append(chunk[:end])
             break
-        parts.append(chunk)
-        offset += len(chunk)
+    if length > _MAX_NAME:
+        raise BadBinary(
+            f"damaged section-name table: the name at byte {offset} is longer than "
+            f"{_MAX_NAME} bytes"
+        )
     return b"".join(parts).decode("latin-1")
 
 
