@@ -77,6 +77,29 @@ def write_elf(
     return path
 
 
+@pytest.mark.parametrize("first", [b"", container(entry(SASS, 120))], ids=["zeros", "one-then"])
+def test_a_16_gib_sparse_fatbin_section_costs_a_few_reads(
+    tmp_path: Path, reads: Reads, first: bytes
+) -> None:
+    """The review's 16 GiB `.nv_fatbin` of holes (58 s before): zeros where a container
+    should start are damage, found in one read, whether at the section's start or after a
+    container; never searched for a magic number to the section's end."""
+    size = 16 * GIB
+    path = write_elf(
+        tmp_path / "libsparse.so",
+        size,
+        [(1, 4096, size - 8192)],
+        b"\0.nv_fatbin\0",
+        names_at=size - 4096,
+        table_at=size - 4096 + 64,
+        writes=[(4096, first)],
+    )
+    assert path.stat().st_blocks * 512 < 1 << 20  # sparse: the test writes a few pages
+    with pytest.raises(elf.BadBinary, match=r"zeros from section offset \d+ past 4096 bytes"):
+        fatbin.codes_in_library(path)
+    assert reads.calls <= 8 and reads.bytes <= 32 << 10, reads
+
+
 def test_65533_section_headers_are_refused_before_they_are_read(
     tmp_path: Path, reads: Reads
 ) -> None:
@@ -127,3 +150,26 @@ def test_names_are_read_to_4096_bytes_and_no_further(tmp_path: Path, reads: Read
         else:
             with pytest.raises(elf.BadBinary, match="longer than 4096 bytes"):
                 fatbin.codes_in_library(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\0" * 1024, "the section holds no container"),
+        (b"\0" * 8192, "zeros from section offset 0 past 4096 bytes"),
+        (container() * 3, "3 containers and no SASS or PTX entry"),
+        (container(entry(3, 120)), "1 container and no SASS or PTX entry"),
+        (container(entry(SASS, 120)) + b"\0" * 8 + b"junk" * 8, "no container at section offset"),
+        (container() * 40_000, "more than 32768 container and entry headers"),
+    ],
+    ids=["zeros", "zeros-past-a-page", "empty-containers", "no-code-entry", "junk", "too-many"],
+)
+def test_a_fatbin_section_without_code_is_damage(
+    tmp_path: Path, reads: Reads, content: bytes, message: str
+) -> None:
+    """A section holding no readable container says nothing of the GPU: it is damage (the
+    package "not judged"), never a library without code for capability 12."""
+    path = tmp_path / "libempty.so"
+    path.write_bytes(build_elf([(".text", b"\x90"), (".nv_fatbin", content)]))
+    with pytest.raises(elf.BadBinary, match=message):
+        fatbin.codes_in_library(path)

@@ -236,6 +236,33 @@ def test_bad_binaries_are_not_judged(site: Path, tmp_path: Path, damage: str) ->
     assert "truncated ELF" in str(torch["why"])
 
 
+@pytest.mark.parametrize(
+    ("fat", "reason"),
+    [
+        (b"\0" * 4096, "the section holds no container"),
+        (container() * 3, "3 containers and no SASS or PTX entry"),
+    ],
+    ids=["zeros", "empty containers"],
+)
+def test_a_fat_binary_without_code_is_not_judged_not_a_blocker(
+    site: Path, tmp_path: Path, fat: bytes, reason: str
+) -> None:
+    """A `.nv_fatbin` of zeros or of empty containers is damage: "not judged" with the
+    reason, never "does not run" (before: both packages blocked 12.0 and 12.1)."""
+    damaged = build_elf([(".text", b"\x90" * 8), (".nv_fatbin", fat)])
+    write(site / "torch/lib/libtorch_cuda.so", damaged)
+    write(site / "sgl_kernel/sm100/common_ops.abi3.so", damaged)
+    findings = inspect(site, environ=env_with(tmp_path))
+    found = {f.package: f for f in findings}
+    for package in ("torch", "sgl-kernel"):
+        assert found[package].runs_on == {"12.0": None, "12.1": None}, found[package]
+        assert reason in found[package].why
+    assert {f.package for f in findings if f.blocks("12.0") or f.blocks("12.1")} == {"triton"}
+    text = render(findings, ("12.0", "12.1"))
+    assert "  - torch 2.9.1: 12.0 not judged, 12.1 not judged" in text
+    assert f"      libtorch_cuda.so: damaged fat binary: {reason}" in "\n".join(text)
+
+
 def test_empty_environment_costs_nothing(tmp_path: Path) -> None:
     start = time.perf_counter()
     findings = inspect(tmp_path, environ={"PATH": ""})
