@@ -173,3 +173,27 @@ def test_a_fatbin_section_without_code_is_damage(
     path.write_bytes(build_elf([(".text", b"\x90"), (".nv_fatbin", content)]))
     with pytest.raises(elf.BadBinary, match=message):
         fatbin.codes_in_library(path)
+
+
+def test_a_16_gib_nv_compat_in_a_cubin_is_not_walked(tmp_path: Path, reads: Reads) -> None:
+    """`.nv.compat` is walked four bytes at a time: a huge one (16 bytes at most in
+    flashinfer-cubin's 5,363 cubins) is damage, not 4 billion steps."""
+    size = 16 * GIB
+    path = write_elf(
+        tmp_path / "k.cubin",
+        size,
+        [(1, 4096, size - 8192)],
+        b"\0.nv.compat\0",
+        names_at=size - 4096,
+        table_at=size - 4096 + 64,
+    )
+    with path.open("r+b") as handle:  # a CUDA 13 ABI cubin for sm_120, `a` left to .nv.compat
+        handle.seek(7)
+        handle.write(bytes([0x41, 8]))
+        handle.seek(18)
+        handle.write(struct.pack("<H", elf.EM_CUDA))
+        handle.seek(48)
+        handle.write(struct.pack("<I", 0x06007802))
+    with pytest.raises(elf.BadBinary, match=r"damaged cubin: \.nv\.compat claims"):
+        fatbin.cubin_code(path)
+    assert reads.bytes <= 32 << 10, reads

@@ -57,6 +57,9 @@ _EF_ACCEL_V1 = 0x800
 _EF_ACCEL_V2 = 0x8
 _COMPAT_ARCH_SPECIFIC = 9
 _RECORD = struct.Struct("<BBH")  # one record of `.nv.compat`: format, attribute, value
+# `.nv.compat` is walked four bytes at a time, so it is read only when small: 16 bytes at most
+# in flashinfer-cubin 0.6.3's 5,363 cubins (measured); a larger one is damage.
+_MAX_COMPAT = 4096
 
 
 def codes_in_library(path: Path) -> tuple[Counter[Code], int, str]:
@@ -168,7 +171,13 @@ def cubin_code(path: Path) -> Code:
             sm, accel = image.flags & 0xFF, bool(image.flags & _EF_ACCEL_V1)
         compat = image.section(".nv.compat")
         if not accel and compat is not None:
-            accel = _compat_attr(elf.section_bytes(data, compat), _COMPAT_ARCH_SPECIFIC) == 1
+            if compat.size > _MAX_COMPAT:
+                raise elf.BadBinary(
+                    f"damaged cubin: .nv.compat claims {compat.size} bytes, at most "
+                    f"{_MAX_COMPAT} are read"
+                )
+            records = elf.section_bytes(data, compat).read(0, compat.size)
+            accel = _compat_attr(records, _COMPAT_ARCH_SPECIFIC) == 1
         variant = "a" if accel else ""
         tkinfo = image.section(".note.nv.tkinfo")
         if not accel and tkinfo is not None and tkinfo.size < 4096:
@@ -180,12 +189,12 @@ def cubin_code(path: Path) -> Code:
         return Code("sass", sm, variant)
 
 
-def _compat_attr(data: elf.Span, wanted: int) -> int | None:
+def _compat_attr(data: bytes, wanted: int) -> int | None:
     """One attribute of `.nv.compat`: 4-byte records (format, attribute, value), format 4
     carrying a u16 length and that many bytes (the EIFMT_* layout of `.nv.info`)."""
     pos = 0
     while pos + 4 <= len(data):
-        record: tuple[int, int, int] = _RECORD.unpack(data.read(pos, _RECORD.size))
+        record: tuple[int, int, int] = _RECORD.unpack_from(data, pos)
         fmt, attr, value = record
         if fmt == 4:
             pos += 4 + value
