@@ -117,6 +117,7 @@ def test_a_damaged_ledger_is_exit_4_never_a_silent_success(
         ["revert"],
         ["revert", "--force"],
         ["status", "--check"],
+        ["log"],  # said "No history" (exit 0) or was an internal error (70)
     ):
         result = runner.invoke(app, [*command, "--target", str(site_059)])
         one_line(result, ExitCode.LEDGER, "damaged", str(record_of(site_059).directory))
@@ -255,3 +256,37 @@ def test_a_lock_left_open_by_an_interrupted_run_of_this_process_is_closed(tmp_pa
     for fd, _ in reopened:
         with pytest.raises(OSError):
             os.fstat(fd)
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000  # nested past the JSON parser's stack
+
+
+@pytest.mark.parametrize("where", ["known-ledgers", "state.json", "journal"])
+def test_json_nested_too_deep_is_ledger_damage(
+    runner: CliRunner, site_059: Path, tmp_path: Path, where: str
+) -> None:
+    """Each was an internal error (exit 70, RecursionError) where it was read."""
+    commands: list[list[str]] = [["revert"], ["apply"]]
+    if where == "known-ledgers":  # read to look for other records of files not applied here
+        (ledger.default_directory()).mkdir(parents=True, exist_ok=True)
+        (ledger.default_directory() / ledger.KNOWN_LEDGERS).write_bytes(DEEP)
+        commands = [["status"], ["apply", "--ledger", str(tmp_path / "other")]]
+        words = [ledger.KNOWN_LEDGERS, "nested too deep"]
+    else:
+        assert api.apply(site_059, None).written
+        record = record_of(site_059)
+        if where == "state.json":
+            (record.directory / "state.json").write_bytes(DEEP)
+            (record.directory / ".git" / COMMITTED).write_text(hashlib.sha256(DEEP).hexdigest())
+            commands.append(["status"])
+            words = ["state.json is unreadable"]
+        else:
+            pending = journal.journal_path(record)
+            pending.parent.mkdir(parents=True, exist_ok=True)
+            pending.write_bytes(DEEP)
+            words = ["journal", "unreadable"]
+    before = snapshot(site_059)
+    for command in commands:
+        result = runner.invoke(app, [*command, "--target", str(site_059)])
+        one_line(result, ExitCode.LEDGER, *words)
+    assert snapshot(site_059) == before

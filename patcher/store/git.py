@@ -129,7 +129,7 @@ class Repository:
             recorded = json.loads(read_regular(self.directory / "state.json")).get("files")
         except FileNotFoundError:
             return
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             raise damaged from None
         if recorded:
             raise damaged
@@ -275,6 +275,7 @@ class Repository:
         try:
             repo = self._repo(create=False)
             if not repo.head.is_valid():
+                self._check_unborn()  # damage is not "no history"
                 return []
             return [
                 Entry(
@@ -285,7 +286,8 @@ class Repository:
                 )
                 for c in repo.iter_commits()
             ]
-        except (git.exc.GitError, OSError, ValueError) as error:
+        except (git.exc.GitError, OSError, ValueError, AssertionError) as error:
+            # gitpython asserts on some damage (an empty branch ref)
             raise LedgerError(f"cannot read the history ({error})", str(self.directory)) from None
 
     def _repo(self, create: bool) -> Any:

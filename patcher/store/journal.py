@@ -105,7 +105,7 @@ def pending(record: Record) -> str | None:
         return None
     try:
         return str(json.loads(read_regular(path))["action"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return "unknown"
 
 
@@ -116,7 +116,7 @@ def load(record: Record) -> Change | None:
         return None
     try:
         return Change.from_json(read_regular(path))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
         raise LedgerError(f"the journal {path} is unreadable ({error})") from None
 
 

@@ -108,7 +108,7 @@ class Ledger:
                     files = json.loads(read_regular(state_file, HINT_LIMIT)).get("files", {})
                     owner = json.loads(read_regular(folder / "target.json", HINT_LIMIT))["target"]
                     recorded = [(record.local(str(p)), f["patched"]) for p, f in files.items()]
-                except (OSError, ValueError, TypeError, AttributeError, KeyError):
+                except (OSError, ValueError, TypeError, AttributeError, KeyError, RecursionError):
                     continue
                 for path, patched in recorded:
                     if path not in digests:
@@ -153,8 +153,9 @@ def known_ledgers() -> list[Path]:
     A JSON list of paths, so that any path (one holding a newline) survives; older sglpatch
     wrote one path a line, which is still read.
     """
+    path = default_directory() / KNOWN_LEDGERS
     try:
-        raw = read_regular(default_directory() / KNOWN_LEDGERS, HINT_LIMIT)
+        raw = read_regular(path, HINT_LIMIT)
     except OSError:
         return []
     text = raw.decode("utf-8", errors="surrogateescape")
@@ -162,6 +163,10 @@ def known_ledgers() -> list[Path]:
         listed = json.loads(text)
     except ValueError:
         return [Path(line) for line in text.splitlines() if line.strip()]
+    except RecursionError:  # `[[[[…` nested past the parser's stack: no list sglpatch wrote
+        raise LedgerError(
+            f"{KNOWN_LEDGERS} is damaged (nested too deep to read); remove it", str(path.parent)
+        ) from None
     if not isinstance(listed, list):
         return []
     return [Path(item) for item in listed if isinstance(item, str) and item]
@@ -215,7 +220,7 @@ class Record:
             if not isinstance(parsed, dict):
                 raise ValueError("not a JSON object")
             state = State.from_json(parsed)
-        except (ValueError, TypeError, AttributeError, KeyError) as error:
+        except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as error:
             raise LedgerError(f"state.json is unreadable ({error})", str(self.directory)) from None
         return state.with_paths(self.local)
 
