@@ -86,6 +86,48 @@ def test_a_journal_naming_a_path_outside_the_package_writes_nothing(
     assert everything(tmp_path) == before
 
 
+@pytest.mark.parametrize("points", ["inside", "outside"])
+@pytest.mark.parametrize("command", ["apply", "revert"])
+def test_a_journal_never_replaces_a_symbolic_link_in_the_package(
+    runner: CliRunner, site_059: Path, points: str, command: str
+) -> None:
+    """A crafted journal whose write names a link in the package, with a `before` hash that
+    matches the file the link points to: the replay put a regular file where the link was."""
+    assert api.apply(site_059, None).written
+    pointed = site_059 / "sglang" / "version.py" if points == "inside" else site_059.parent / "o.py"
+    if points == "outside":
+        pointed.write_bytes(b"precious\n")
+    link = site_059 / "sglang" / "srt" / "linked.py"
+    link.symlink_to(pointed)
+    record = record_of(site_059)
+    state = json.loads(record.state().to_json())
+    hostile = {
+        "action": "apply",
+        "message": "apply: hostile",
+        "state": state,
+        "previous": state,
+        "ledger_files": {},
+        "writes": [
+            {
+                "path": "sglang/srt/linked.py",
+                "before": hashlib.sha256(pointed.read_bytes()).hexdigest(),
+                "after": base64.b64encode(b"owned\n").decode(),
+            }
+        ],
+    }
+    pending = journal.journal_path(record)
+    pending.parent.mkdir(parents=True, exist_ok=True)
+    pending.write_text(json.dumps(hostile))
+    kept = pointed.read_bytes()
+    result = runner.invoke(app, [command, "--target", str(site_059)])
+    if command == "apply":
+        one_line(result, ExitCode.TARGET, str(link), "a symbolic link")
+    else:  # a journal that cannot be finished never blocks revert: undone, then reverted
+        assert result.exit_code == 0, result.stderr
+        assert not journal.journal_path(record).exists()
+    assert link.is_symlink() and link.readlink() == pointed and pointed.read_bytes() == kept
+
+
 def damage(site: Path, how: str) -> Path:
     """Apply, then damage the ledger's git repository `how`; the committed-state mark goes too."""
     assert api.apply(site, None).written

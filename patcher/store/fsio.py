@@ -150,6 +150,10 @@ def replace_problem(path: Path, mounts: frozenset[str]) -> str | None:
         return None
     except OSError as error:
         return f"cannot read: {error.strerror}"
+    if stat.S_ISLNK(info.st_mode):  # a rename would put a file where the link was
+        return "a symbolic link; sglpatch only rewrites regular files"
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
     if not os.access(path, os.W_OK):
         mode = stat.S_IMODE(info.st_mode)
         return f"not writable (owned by {_user(info.st_uid)}, mode {mode:04o}; or immutable)"
