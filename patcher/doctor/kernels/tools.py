@@ -1,24 +1,24 @@
 """The compilers a kernel package runs at run time: Triton's `ptxas`, FlashInfer's `nvcc`.
 
-Each is asked only `--version` and `--help` (no input, no files written), with a time limit,
-so a stand-in script or a broken binary costs at most that limit and never hangs doctor.
+Each is asked only `--version` and `--help` (no input, no files written), both within one
+time limit and each within an output limit (`bounded`), so a stand-in script or a broken binary
+costs at most that limit, never hangs doctor, and never outlives it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
 import stat
-import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from sglpatch.doctor.kernels import bounded
 from sglpatch.doctor.kernels.archs import parse_capability
 
-_TIMEOUT_S = 10.0
+_TIMEOUT_S = 10.0  # for a tool's --version and --help together
 _RELEASE = re.compile(r"release (\d+)\.(\d+)")
 _ALLOWED = re.compile(r"Allowed values for this option:(.*?)(?:\n\s*\n|\n--|\Z)", re.S)
 
@@ -76,12 +76,13 @@ def probe(path: Path, environ: Mapping[str, str]) -> Tool:
         return Tool(path, None, frozenset(), "not found")
     if not stat.S_ISREG(st.st_mode) or not os.access(path, os.X_OK):
         return Tool(path, None, frozenset(), "not an executable file")
-    version, problem = _run(path, "--version", environ)
+    deadline = time.monotonic() + _TIMEOUT_S
+    version, problem = _run(path, "--version", environ, deadline)
     if problem:
         return Tool(path, None, frozenset(), problem)
     found = _RELEASE.search(version)
     release = (int(found.group(1)), int(found.group(2))) if found else None
-    helptext, _ = _run(path, "--help", environ)
+    helptext, _ = _run(path, "--help", environ, deadline)
     allowed = _ALLOWED.search(helptext)
     targets = frozenset(re.findall(r"'([a-z]+_\d+[a-z]?)'", allowed.group(1))) if allowed else None
     if release is None and not targets:
@@ -89,29 +90,19 @@ def probe(path: Path, environ: Mapping[str, str]) -> Tool:
     return Tool(path, release, targets or frozenset(), "")
 
 
-def _run(path: Path, flag: str, environ: Mapping[str, str]) -> tuple[str, str]:
+def _run(path: Path, flag: str, environ: Mapping[str, str], deadline: float) -> tuple[str, str]:
     try:
-        # Its own session, so a stand-in script's children die with it on a timeout.
-        proc = subprocess.Popen(
-            [str(path), flag],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=dict(environ),
-            start_new_session=True,
-        )
+        ran = bounded.run([str(path), flag], environ, deadline - time.monotonic())
     except OSError as exc:
         return "", f"cannot run: {exc.strerror or exc}"
-    try:
-        out, _ = proc.communicate(timeout=_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+    if ran.over == "time":
         return "", f"`{path.name} {flag}` ran longer than {_TIMEOUT_S:g} s"
-    text = out.decode("utf-8", "replace")
-    if proc.returncode != 0 and flag == "--version":
-        return text, f"`{path.name} --version` exited {proc.returncode}"
+    if ran.over == "output":
+        most = bounded.MOST_BYTES / (1 << 20)
+        return "", f"`{path.name} {flag}` printed more than {most:g} MiB"
+    text = ran.output.decode("utf-8", "replace")
+    if ran.returncode != 0 and flag == "--version":
+        return text, f"`{path.name} --version` exited {ran.returncode}"
     return text, ""
 
 
