@@ -127,6 +127,28 @@ def test_a_probe_that_floods_its_output_is_cut_at_a_mebibyte(
     assert took < 2 and peak < 8 << 20, (took, peak)
 
 
+def test_a_tools_version_and_help_share_one_limit(
+    tmp_path: Path, started: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow --version and a --help that never ends: each had the whole limit (1.6 s here)."""
+    monkeypatch.setattr(tools, "_TIMEOUT_S", 1.0)
+    slow = hostile(
+        tmp_path / "ptxas",
+        f"""\
+        echo $$ >> {started}
+        case "$1" in
+          --version) sleep 0.6; echo "Cuda compilation tools, release 12.9, V12.9.86";;
+          --help) exec sleep 1000;;
+        esac
+        """,
+    )
+    begun = time.monotonic()
+    tool = tools.probe(slow, {"PATH": os.environ["PATH"]})
+    assert time.monotonic() - begun < 1.3
+    assert (tool.release, tool.targets, tool.problem) == ((12, 9), frozenset(), "")
+    assert living(numbers(started)) == []
+
+
 @pytest.mark.wheel
 def test_doctor_with_a_ptxas_that_never_ends_answers_within_its_limit(
     environment: Path, started: Path, monkeypatch: pytest.MonkeyPatch

@@ -4,9 +4,12 @@ The probe runs in its own session (so its process group is its own to kill) and 
 read here, from a non-blocking pipe, until the probe itself ends, the time is up, or it printed
 more than `MOST_BYTES`. Then its group is killed and the pipe closed without waiting for the
 end of the output: a process that left the group (`setsid`) may hold the pipe open forever,
-and is not waited for. On Linux the kernel kills the probe when doctor dies, SIGKILL included;
-a SIGTERM or SIGHUP of doctor kills the probe's group before doctor dies of it, and Ctrl-C (or
-any error) kills it on the way out.
+and is not waited for (nor reached: it lives on, its writes to the closed pipe failing).
+
+The probe dies with doctor: a SIGTERM or SIGHUP of doctor kills the probe's group before doctor
+dies of it, Ctrl-C (or any error) kills the group on the way out, and on Linux the kernel kills
+the probe itself when doctor dies, SIGKILL included (what the probe started beside it is left
+then: ptxas and nvcc start nothing for `--version` and `--help`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
-MOST_BYTES = 1 << 20  # `--help` of nvcc 13 is about 60 KiB: a probe printing more is broken
+MOST_BYTES = 1 << 20  # nvcc 13.0's `--help` is 52 KB: a probe printing more is broken
 _CHUNK = 1 << 16
 _POLL_S = 0.01  # how often its end is looked for where the kernel cannot say (no pidfd)
 _REAP_S = 2.0  # a killed probe not reaped by then is stuck in the kernel: left to Popen
@@ -59,7 +62,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str], seconds: float) -> Ran:
             output, over = _read(proc, deadline)
         finally:
             _kill(proc)
-            running.remove(proc)  # to be reaped: its number is no longer its own to signal
+            running.remove(proc)  # reaped next: then its number may be another's
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=_REAP_S)
     return Ran(output, None if over else proc.returncode, over)

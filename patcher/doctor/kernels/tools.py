@@ -91,8 +91,11 @@ def probe(path: Path, environ: Mapping[str, str]) -> Tool:
 
 
 def _run(path: Path, flag: str, environ: Mapping[str, str], deadline: float) -> tuple[str, str]:
+    left = deadline - time.monotonic()
+    if left <= 0:  # --version took the time --help would have had
+        return "", f"`{path.name} {flag}` ran longer than {_TIMEOUT_S:g} s"
     try:
-        ran = bounded.run([str(path), flag], environ, deadline - time.monotonic())
+        ran = bounded.run([str(path), flag], environ, left)
     except OSError as exc:
         return "", f"cannot run: {exc.strerror or exc}"
     if ran.over == "time":
