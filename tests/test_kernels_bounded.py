@@ -218,6 +218,7 @@ NEVER_ENDS[signal.SIGHUP] = NEVER_ENDS[signal.SIGINT] = NEVER_ENDS[signal.SIGTER
         (signal.SIGHUP, -signal.SIGHUP),
         (signal.SIGINT, 130),  # Ctrl-C: "interrupted"
     ],
+    ids=["SIGKILL", "SIGTERM", "SIGHUP", "SIGINT"],
 )
 def test_a_probe_dies_with_doctor_however_doctor_ends(
     environment: Path, started: Path, signum: int, code: int
