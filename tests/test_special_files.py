@@ -219,3 +219,22 @@ def test_the_stand_in_devices_are_what_they_claim(tmp_path: Path) -> None:
     full = device(tmp_path / "f", FULL)
     with pytest.raises(OSError, match="No space"), full.open("wb", buffering=0) as handle:
         handle.write(b"x")
+
+
+def test_write_output_in_a_folder_it_cannot_write_writes_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`>` writes a writable file in a read-only folder; a rename could not (root ignores the
+    folder's mode bits, so the folder is made unwritable through `os.access`)."""
+    out = tmp_path / "a.patch"
+    out.write_bytes(b"old")
+    inode = out.stat().st_ino
+    real_access = os.access
+    monkeypatch.setattr(
+        fsio.os, "access", lambda p, mode: Path(p) != tmp_path and real_access(p, mode)
+    )
+    fsio.write_output(out, b"new")
+    assert out.read_bytes() == b"new" and out.stat().st_ino == inode
+    monkeypatch.setattr(fsio.os, "access", real_access)
+    fsio.write_output(out, b"newer")  # a folder it can write: one rename, a new inode
+    assert out.read_bytes() == b"newer" and out.stat().st_ino != inode

@@ -278,7 +278,8 @@ def write_output(path: Path, data: bytes) -> None:
     A new file, or a regular file of the writer's own with no other hard link (a symbolic link is
     followed to it), gets the bytes by one rename: a failure leaves the old file. Anything else a
     redirection writes to is written in place, never renamed over: a device (`/dev/null`,
-    `/dev/stdout`), a FIFO that a process reads, a file someone else owns or that has other links.
+    `/dev/stdout`), a FIFO that a process reads, a file someone else owns, that has other links
+    or whose folder is not writable.
     A FIFO with no reader, a socket or a folder is refused. Raises OSError.
     """
     try:
@@ -287,10 +288,13 @@ def write_output(path: Path, data: bytes) -> None:
         info = None
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
+    real = Path(os.path.realpath(path))  # a link's target is what a redirection writes
     if info is None or (
-        stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_uid == os.geteuid()
+        stat.S_ISREG(info.st_mode)
+        and info.st_nlink == 1
+        and info.st_uid == os.geteuid()
+        and os.access(real.parent, os.W_OK | os.X_OK)  # else `>` still writes it, in place
     ):
-        real = Path(os.path.realpath(path))  # a link's target is what a redirection writes
         temp = _stage(real, data)
         try:
             temp.replace(real)
