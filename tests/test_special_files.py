@@ -17,6 +17,7 @@ import pytest
 from sglpatch import api
 from sglpatch.errors import ExitCode
 from sglpatch.store import fsio
+from sglpatch.store.git import COMMITTED
 
 pytestmark = pytest.mark.wheel
 
@@ -238,3 +239,14 @@ def test_write_output_in_a_folder_it_cannot_write_writes_in_place(
     monkeypatch.setattr(fsio.os, "access", real_access)
     fsio.write_output(out, b"newer")  # a folder it can write: one rename, a new inode
     assert out.read_bytes() == b"newer" and out.stat().st_ino != inode
+
+
+def test_a_fifo_for_the_ledgers_committed_mark_is_not_waited_on(site_059: Path) -> None:
+    """The mark that lets reads skip git was read with `read_text`: a FIFO there hung status."""
+    assert api.apply(site_059, None).written
+    (mark,) = Path(os.environ["XDG_STATE_HOME"]).glob(f"sglpatch/targets/*/.git/{COMMITTED}")
+    mark.unlink()
+    os.mkfifo(mark)
+    done = sglpatch("status", "--target", str(site_059))
+    assert done.returncode == 0, done.stderr
+    assert "12 applied" in done.stdout, done.stdout  # read from HEAD instead

@@ -63,7 +63,7 @@ class Repository:
         if not git_dir.is_dir():
             return data
         try:
-            committed = (git_dir / COMMITTED).read_text().strip()
+            committed = read_regular(git_dir / COMMITTED, 4096).decode(errors="replace").strip()
         except OSError:
             committed = None
         if data is not None and committed == sha256(data):
@@ -120,7 +120,7 @@ class Repository:
         git_dir = self.directory / ".git"
         packed = git_dir / "packed-refs"
         if (git_dir / branch).exists() or (
-            packed.is_file() and f" {branch}" in packed.read_text(errors="replace")
+            packed.is_file() and f" {branch}".encode() in read_regular(packed)
         ):
             raise damaged  # the branch exists but names nothing readable
         if self.pending.exists():
