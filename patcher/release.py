@@ -1,5 +1,11 @@
 """Which release an sglang package is, read from the files beside and inside it (never by
-importing it): its dist-info, its version file, or a checkout's release tag."""
+importing it): its dist-info, its version file, or a checkout's release tag.
+
+A development version is read as the release it follows: setuptools-scm writes `0.5.24.dev1+g…`
+into `_version.py` one commit past the tag `v0.5.23` (its default scheme guesses the next
+release), and the patches for that tree are 0.5.23's. The same tree without a version file is
+`git describe`'s `v0.5.23-1-g…`. Either way the release is 0.5.23 and the source says how far
+past it the tree is, so apply, status and doctor agree on it."""
 
 from __future__ import annotations
 
@@ -16,17 +22,42 @@ def read_release(package: Path, checkout: Path | None) -> tuple[Version | None, 
     """The release of the sglang `package` and where it was read (None, None: nowhere).
 
     The dist-info beside it, then `_version.py` or a `version.py` literal, then, for a
-    `checkout` (the repository's root), the tag on its HEAD commit.
+    `checkout` (the repository's root), its release tag as `git describe` finds it. A
+    development version (`0.5.24.dev1`) is the release it follows: the checkout's tag when
+    there is one, else the one setuptools-scm's guess counted from (0.5.23).
     """
     in_package = _from_assignment(package / "_version.py") or _from_assignment(
         package / "version.py"
     )
     found = _from_dist_info(package.parent, in_package[0] if in_package else None) or in_package
+    if found is not None and found[0].is_devrelease:
+        tag = _from_tag(checkout) if checkout is not None else (None, None)
+        return _after(found, tag)
     if found is not None:
         return found
     if checkout is not None:
         return _from_tag(checkout)
     return None, None
+
+
+def _after(dev: tuple[Version, str], tag: tuple[Version | None, str | None]) -> tuple[Version, str]:
+    """The release a development version follows, and the source saying so."""
+    version, where = dev
+    said = f"{where}: {version}, a development version after"
+    if tag[0] is not None:  # HEAD's tag: the version file was written at install time
+        return tag[0], f"{said} {tag[0]} ({tag[1]})"
+    before = _release_before(version)
+    if before is None:  # 0.6.0.dev1: the release it follows cannot be told from the number
+        return version, f"{where}: {version}, a development version"
+    return before, f"{said} {before}"
+
+
+def _release_before(version: Version) -> Version | None:
+    """What setuptools-scm's default scheme counted from: it adds one to the last number."""
+    *head, last = version.release
+    if last == 0:
+        return None
+    return Version(".".join(str(n) for n in (*head, last - 1)))
 
 
 _NAME_RE = re.compile(r"^Name:\s*sglang\s*$", re.IGNORECASE | re.MULTILINE)
@@ -76,8 +107,12 @@ def _from_assignment(path: Path) -> tuple[Version, str] | None:
 
 
 def _from_tag(root: Path) -> tuple[Version | None, str | None]:
-    """A release tag (`v0.5.9`) on the checkout's HEAD commit; (None, None) when the repository
-    cannot say, whatever is wrong with it."""
+    """The newest release tag (`v0.5.9`) at or before the checkout's HEAD, as `git describe`
+    finds it; (None, None) when the repository cannot say, whatever is wrong with it.
+
+    A HEAD past its tag is that release with commits on top (a fix, a local change): the
+    patches for it are the tag's, and the source says how far past it is.
+    """
     import git  # heavy: only checkouts need it
 
     try:
@@ -85,25 +120,27 @@ def _from_tag(root: Path) -> tuple[Version | None, str | None]:
     except Exception:  # see below
         return None, None
     try:
-        head = repo.head.commit
-        for tag in repo.tags:
-            try:
-                if tag.commit != head:
-                    continue
-            except Exception:  # a tag whose ref or object is broken: the others may do
-                continue
-            version = _version_or_none(tag.name.removeprefix("v"))
-            if version is not None:
-                return version, f"git tag {tag.name}"
+        described = str(repo.git.describe("--tags", "--long", "--match", "v[0-9]*", "HEAD"))
     except Exception:
-        # A corrupt repository (a broken `.git/config`, refs or objects) surfaces as whatever
-        # gitpython's parsers or its `git cat-file` process raise: GitError, ValueError, or a
-        # BrokenPipeError when git exits before reading the request. All of them mean the
+        # No tag (a fresh clone with --no-tags, a fork) or a corrupt repository (a broken
+        # `.git/config`, refs or objects), whatever gitpython or its `git` process raise: the
         # release cannot be read from the tag, never an error of the command.
         return None, None
     finally:
         repo.close()  # its `git cat-file` processes
-    return None, None
+    match = _DESCRIBED_RE.match(described.strip())
+    version = _version_or_none(match.group("tag").removeprefix("v")) if match else None
+    if match is None or version is None:
+        return None, None
+    tag, past = match.group("tag"), int(match.group("past"))
+    if past == 0:
+        return version, f"git tag {tag}"
+    commits = f"{past} commit{'s' * (past > 1)}"
+    return version, f"git describe: {described.strip()}, {commits} past the tag"
+
+
+# `git describe --long`: the tag, the commits since it, `g` and HEAD's abbreviated hash.
+_DESCRIBED_RE = re.compile(r"^(?P<tag>.+)-(?P<past>\d+)-g[0-9a-f]+$")
 
 
 _VERSION_FILE_LIMIT = 1 << 20  # bytes: a version file is a few lines

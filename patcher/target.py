@@ -61,17 +61,18 @@ def symlink_on_the_way(target: Target, package_path: str) -> str | None:
     return None
 
 
-def parse_release(text: str) -> Version:
+def parse_release(text: str, option: str = "--release") -> Version:
+    """`text` as a release; `option` names what the user typed in the error."""
     try:
         return Version(text)
     except InvalidVersion:
-        raise UsageError(f"--version {text!r} is not a release number (e.g. 0.5.9)") from None
+        raise UsageError(f"{option} {text!r} is not a release number (e.g. 0.5.9)") from None
 
 
 def find_target(path: Path | None, requested: Version | None, *, required: bool = True) -> Target:
     """Resolve `--target` (or the active interpreter's sglang) and settle the release.
 
-    `requested` is `--version`: if the target's own release differs, refuse and name both.
+    `requested` is `--release`: if the target's own release differs, refuse and name both.
     With `required`, a release that is neither found nor given is a usage error.
     """
     found_by: str | None = None
@@ -83,17 +84,17 @@ def find_target(path: Path | None, requested: Version | None, *, required: bool 
     root, layout = _locate(path)
     found, source = detect_release(root, layout)
     if requested is not None and found is not None and requested != found:
-        raise RefusedError(
-            f"--version {requested} does not match the target's release {found} "
-            f"(from {source}); drop --version or point --target elsewhere"
+        raise RefusedError(  # neutral: the option may be the deprecated --version
+            f"SGLang {requested} was asked for, but the target's release is {found} "
+            f"(from {source}); drop the release asked for or point --target elsewhere"
         )
     if requested is None and found is None and required:
         raise UsageError(
             f"cannot tell which SGLang release {root} is (no dist-info, version file or "
-            "release tag could be read); pass --version"
+            "release tag could be read); pass --release"
         )
     release = requested if found is None else found
-    source = source if found is not None else ("--version" if requested else None)
+    source = source if found is not None else ("--release" if requested else None)
     return Target(root, layout, release, source, found_by, also)
 
 

@@ -77,11 +77,11 @@ def usage_message(error: Any) -> str:
 
 def _refuse_version_before_command(args: list[str], ctx: Any) -> None:
     """`sglpatch --version 0.5.9 apply` would print sglpatch's version and run nothing."""
-    if "--version" not in args:
+    at = next((i for i, a in enumerate(args) if a in ("--version", "-V")), None)
+    if at is None:
         return
-    at = args.index("--version")
     if any(not a.startswith("-") for a in args[:at]):
-        return  # after the command: the command's own --version
+        return  # after the command: the command's own (deprecated) --version
     rest = [a for a in args[at + 1 :] if not a.startswith("-")]
     if not rest:
         return
@@ -89,8 +89,9 @@ def _refuse_version_before_command(args: list[str], ctx: Any) -> None:
     command = next((a for a in rest if a in commands), "apply")
     value = rest[0] if rest[0] not in commands else "V"
     raise click_errors.UsageError(
-        "--version before a command shows sglpatch's own version and runs nothing; to check "
-        f"the SGLang release, put it after the command: sglpatch {command} --version {value}",
+        f"{args[at]} before a command shows sglpatch's own version and runs nothing; to name "
+        f"the SGLang release, put --release after the command: sglpatch {command} --release "
+        f"{value}",
         ctx,
     )
 

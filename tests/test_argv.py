@@ -63,10 +63,11 @@ def test_a_model_that_is_not_utf8_is_a_usage_error(tmp_path: Path) -> None:
     "args",
     [
         ["apply", "--only", b"sm120-symm-mem-sizes,\xff"],
-        ["apply", "--version", b"0.5.\xff"],
+        ["apply", "--release", b"0.5.\xff"],
+        ["doctor", "--version", b"0.5.\xff"],
         ["list", "--release", b"0.5.\xff"],
     ],
-    ids=["--only", "--version", "--release"],
+    ids=["--only", "apply --release", "doctor --version", "list --release"],
 )
 def test_every_text_option_refuses_bytes_that_are_not_utf8(args: list[str | bytes]) -> None:
     result = sglpatch(*args)

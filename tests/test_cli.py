@@ -38,7 +38,7 @@ def test_dry_run_shows_the_diff_and_writes_nothing(
     runner: CliRunner, site_059: Path, ledger_dir: Path, tmp_path: Path
 ) -> None:
     before = snapshot(site_059)
-    code, out, err = run(runner, "apply", "--version", SEED, "--target", str(site_059), "--dry-run")
+    code, out, err = run(runner, "apply", "--release", SEED, "--target", str(site_059), "--dry-run")
     assert code == 0, err
     assert snapshot(site_059) == before
     assert not ledger_dir.exists()
@@ -65,7 +65,7 @@ def test_apply_then_revert_restores_the_wheel_bytes(
     runner: CliRunner, site_059: Path, ledger_dir: Path
 ) -> None:
     pristine = snapshot(site_059)
-    code, out, err = run(runner, "apply", "--version", SEED, "--target", str(site_059))
+    code, out, err = run(runner, "apply", "--release", SEED, "--target", str(site_059))
     assert code == 0, err
     after = snapshot(site_059)
     assert sorted(k for k in pristine if pristine[k] != after[k]) == sorted(CHANGED)
@@ -73,7 +73,7 @@ def test_apply_then_revert_restores_the_wheel_bytes(
     assert f"Patched {len(CHANGED)} file(s)" in out
     assert ledger_dir in Path(out.split("recorded in ")[1].split(" (commit")[0]).parents
 
-    code, out, _ = run(runner, "apply", "--version", SEED, "--target", str(site_059))
+    code, out, _ = run(runner, "apply", "--release", SEED, "--target", str(site_059))
     assert code == 0 and "Nothing to do" in out and out.count("  already applied ") == len(APPLIES)
     assert snapshot(site_059) == after
 
@@ -156,11 +156,11 @@ def test_an_edit_after_apply_blocks_revert_until_forced(runner: CliRunner, site_
 @pytest.mark.parametrize(
     ("args", "code", "words"),
     [
-        (["--version", UPGRADE], ExitCode.REFUSED, [UPGRADE, SEED]),
-        (["--version", "zero.five"], ExitCode.USAGE, ["zero.five"]),
+        (["--release", UPGRADE], ExitCode.REFUSED, [UPGRADE, SEED]),
+        (["--release", "zero.five"], ExitCode.USAGE, ["zero.five"]),
     ],
 )
-def test_version_problems(
+def test_release_problems(
     runner: CliRunner, site_059: Path, args: list[str], code: int, words: list[str]
 ) -> None:
     before = snapshot(site_059)
@@ -170,13 +170,13 @@ def test_version_problems(
     assert snapshot(site_059) == before
 
 
-def test_unknown_release_asks_for_version(runner: CliRunner, site_059: Path) -> None:
+def test_unknown_release_asks_for_it(runner: CliRunner, site_059: Path) -> None:
     for path in site_059.glob("sglang-*.dist-info"):
         (path / "METADATA").unlink()
     (site_059 / "sglang" / "_version.py").unlink()
     code, _, err = run(runner, "apply", "--target", str(site_059))
-    assert code == ExitCode.USAGE and "--version" in err
-    code, _, err = run(runner, "apply", "--target", str(site_059), "--version", SEED, "--dry-run")
+    assert code == ExitCode.USAGE and "pass --release" in err
+    code, _, err = run(runner, "apply", "--target", str(site_059), "--release", SEED, "--dry-run")
     assert code == 0, err
 
 

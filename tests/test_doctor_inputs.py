@@ -77,17 +77,17 @@ def test_a_release_that_cannot_be_read_is_exit_2_unless_given(
     (site_059 / "sglang" / "_version.py").unlink()
     code, out, err = doctor(runner, site_059)
     assert code == ExitCode.USAGE and out == ""
-    one_line_error(err, "cannot tell which SGLang release", "--version")
-    code, out, err = doctor(runner, site_059, "--version", "0.5.9")
+    one_line_error(err, "cannot tell which SGLang release", "--release")
+    code, out, err = doctor(runner, site_059, "--release", "0.5.9")
     assert code == ExitCode.GAPS, err
     assert out.startswith("capability 12 (SGLang 0.5.9): ")
-    code, _, err = doctor(runner, site_059, "--version", "0.5.x")
+    code, _, err = doctor(runner, site_059, "--release", "0.5.x")
     assert code == ExitCode.USAGE
-    one_line_error(err, "--version")
+    one_line_error(err, "--release '0.5.x'")
 
 
-def test_a_mismatched_version_is_refused(runner: CliRunner, site_059: Path) -> None:
-    code, _, err = doctor(runner, site_059, "--version", "0.5.10")
+def test_a_mismatched_release_is_refused(runner: CliRunner, site_059: Path) -> None:
+    code, _, err = doctor(runner, site_059, "--release", "0.5.10")
     assert code == ExitCode.REFUSED
     one_line_error(err, "0.5.10", "0.5.9")
 

@@ -30,7 +30,7 @@ def test_export_applies_byte_identically(
     pristine = snapshot(site_059)
     out = tmp_path / "sm120.patch"
     result = runner.invoke(
-        app, ["export", "--version", SEED, "--output", str(out), "--target", str(site_059)]
+        app, ["export", "--release", SEED, "--output", str(out), "--target", str(site_059)]
     )
     assert result.exit_code == 0, result.stderr
     assert snapshot(site_059) == pristine  # the target is untouched
@@ -60,7 +60,7 @@ def test_export_checks_the_release(runner: CliRunner, site_059: Path, tmp_path: 
 def test_export_takes_the_release_of_the_target_and_a_hint_that_survives_the_cd(
     runner: CliRunner, site_059: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No --version needed (as for apply); the command it suggests names the diff absolutely,
+    """No --release needed (as for apply); the command it suggests names the diff absolutely,
     so `cd <target> && patch -p1 < <diff>` works from anywhere."""
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["export", "--output", "sm120.patch", "--target", str(site_059)])

@@ -57,9 +57,9 @@ def test_usage_errors_from_the_installed_command_too() -> None:
 @pytest.mark.parametrize(
     ("args", "suggestion"),
     [
-        (["--version", SEED, "apply"], "sglpatch apply --version 0.5.9"),
-        (["--version", SEED, "export", "-o", "x.diff"], "sglpatch export --version 0.5.9"),
-        (["--version", "apply", "--dry-run"], "sglpatch apply --version V"),
+        (["--version", SEED, "apply"], "sglpatch apply --release 0.5.9"),
+        (["-V", SEED, "export", "-o", "x.diff"], "sglpatch export --release 0.5.9"),
+        (["--version", "apply", "--dry-run"], "sglpatch apply --release V"),
     ],
 )
 def test_version_before_a_command_is_refused(
@@ -74,7 +74,7 @@ def test_version_before_a_command_is_refused(
 def test_version_alone_and_after_a_command(runner: CliRunner, site_059: Path) -> None:
     code, out, _ = invoke(runner, ["--version"])
     assert code == 0 and out.startswith("sglpatch ")
-    code, _, err = invoke(runner, ["apply", "--version", SEED, "--dry-run", "-t", str(site_059)])
+    code, _, err = invoke(runner, ["apply", "--release", SEED, "--dry-run", "-t", str(site_059)])
     assert code == 0, err
 
 
@@ -98,13 +98,13 @@ def test_hints_carry_the_target_and_ledger_typed_and_work(
     ledger = tmp_path / "my ledger"
     pristine = snapshot(site)
     kimi = "kimi-k25-eagle3-interface"
-    typed = ["-t", str(site), "--ledger", str(ledger), "-V", SEED, "--skip", kimi]
+    typed = ["-t", str(site), "--ledger", str(ledger), "-r", SEED, "--skip", kimi]
     code, _, err = invoke(runner, ["apply", "--dry-run", *typed])
     assert code == 0, err
     hint = err.strip().splitlines()[-1].split("Apply: ")[1]
     assert (
         hint
-        == f"sglpatch apply --target '{site}' --ledger '{ledger}' --version 0.5.9 --skip {kimi}"
+        == f"sglpatch apply --target '{site}' --ledger '{ledger}' --release 0.5.9 --skip {kimi}"
     )
     code, out, err = invoke(runner, shlex.split(hint)[1:])  # run the hint as a shell would
     others = set(wheels.applied_targets(SEED)) - {"sglang/srt/models/kimi_k25.py"}

@@ -107,7 +107,7 @@ COMMANDS: dict[str, tuple[list[str], set[str]]] = {
     "apply --dry-run": (["apply", "--dry-run"], PATCHING),
     "status": (["status"], LOOKING),
     "status --check": (["status", "--check"], PATCHING),
-    "export": (["export", "--version", SEED, "--output", "-"], PATCHING),
+    "export": (["export", "--release", SEED, "--output", "-"], PATCHING),
     "list --release": (["list", "--release", SEED], LOOKING),
 }
 AT_LOAD = ("import", "init")

@@ -67,7 +67,10 @@ def test_checkout_release_comes_from_its_tag(tmp_path: Path) -> None:
     (root / "python" / "sglang" / "x.py").write_text("")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "after the release")
-    with pytest.raises(UsageError, match="--version"):
+    # past the tag: still that release, as `git describe` says (tests/test_release_past_tag.py)
+    assert find_target(root, None).release == Version(SEED)
+    git(root, "tag", "-d", f"v{SEED}")
+    with pytest.raises(UsageError, match="pass --release"):
         find_target(root, None)
 
 

@@ -63,7 +63,7 @@ def test_a_corrupt_git_config_is_release_unknown_every_time(
 
 
 @pytest.mark.wheel
-def test_doctor_on_a_checkout_whose_tag_is_broken_needs_a_version(
+def test_doctor_on_a_checkout_whose_tag_is_broken_needs_a_release(
     runner: CliRunner, tmp_path: Path
 ) -> None:
     """It said "capability 12 (SGLang, release unknown): ready" and exit 0."""
@@ -72,8 +72,8 @@ def test_doctor_on_a_checkout_whose_tag_is_broken_needs_a_version(
     assert detect_release(root, Layout.CHECKOUT) == (None, None)
     result = runner.invoke(app, ["doctor", "--target", str(root)])
     assert result.exit_code == ExitCode.USAGE and result.stdout == ""
-    one_line_error(result.stderr, "cannot tell which SGLang release", "--version")
-    result = runner.invoke(app, ["doctor", "--target", str(root), "--version", SEED])
+    one_line_error(result.stderr, "cannot tell which SGLang release", "--release")
+    result = runner.invoke(app, ["doctor", "--target", str(root), "--release", SEED])
     assert result.exit_code == ExitCode.GAPS, result.stderr
     assert result.stdout.startswith("capability 12 (SGLang 0.5.9): ")
 
@@ -90,7 +90,7 @@ def test_a_version_file_too_deep_to_parse_is_release_unknown(
     result = runner.invoke(app, ["status", "--check", "--target", str(site_059)])
     assert result.exit_code == ExitCode.USAGE, result.stderr
     one_line_error(result.stderr, "cannot tell which SGLang release")
-    result = runner.invoke(app, ["apply", "--target", str(site_059), "--version", SEED])
+    result = runner.invoke(app, ["apply", "--target", str(site_059), "--release", SEED])
     assert result.exit_code == 0, result.stderr  # given, the release is used
 
 

@@ -48,12 +48,29 @@ def patches_for(
     patches = chosen
     untested = tuple(p.id for p in patches if not p.is_tested(release))
     if untested and not force:
-        ranges = "; ".join(f"{p.id}: {p.tested}" for p in patches if p.id in untested)
-        raise RefusedError(
-            f"SGLang {release} is outside the tested releases ({ranges}); "
-            "--force runs the codemods anyway"
-        )
+        raise RefusedError(untested_refusal(release, [p for p in patches if p.id in untested]))
     return patches, untested, left_out
+
+
+def untested_refusal(release: Version, untested: list[Patch]) -> str:
+    """One short line: the release, each tested range once (most share one), and --force."""
+    ranges: dict[str, list[str]] = {}
+    for patch in untested:
+        ranges.setdefault(tested_range(patch), []).append(patch.id)
+    if len(ranges) == 1:
+        (tested,) = ranges
+        said = f"the patches are tested on {tested}"
+    else:
+        said = "tested: " + "; ".join(
+            f"{tested} ({ids[0]}{f' and {len(ids) - 1} more' if len(ids) > 1 else ''})"
+            for tested, ids in ranges.items()
+        )
+    return f"SGLang {release} is untested ({said}); --force runs the codemods anyway"
+
+
+def tested_range(patch: Patch) -> str:
+    """`>=0.5.3,<=0.5.23` with the lower bound first (a SpecifierSet sorts its text)."""
+    return ",".join(sorted(str(patch.tested).split(","), key=lambda s: not s.startswith(">")))
 
 
 def owned_elsewhere(

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from sglpatch import catalogue, engine
 from sglpatch.api.common import elsewhere_note, record_of
@@ -13,19 +14,22 @@ from sglpatch.errors import UsageError
 from sglpatch.patch import Patch
 from sglpatch.reports import CheckReport, LogReport, PatchStatus, StatusReport
 from sglpatch.results import AlreadyApplied, Applied, Failed, NotApplicable
-from sglpatch.store import State, journal
-from sglpatch.target import Target, find_target
+from sglpatch.store import Record, State, journal
+from sglpatch.target import Target, find_target, parse_release
 
 
 def status(
-    target_path: Path | None, ledger_dir: Path | None = None, catalog: Path | None = None
+    target_path: Path | None,
+    ledger_dir: Path | None = None,
+    catalog: Path | None = None,
+    release: str | None = None,
 ) -> StatusReport:
     """Per patch: applied, not applied, already upstream, not for this release or edited.
 
     Answered from file hashes and the ledger's records: no codemod runs, libcst is not loaded.
+    `release` is `--release`, as for apply.
     """
-    target = find_target(target_path, None, required=False)
-    record = record_of(target, ledger_dir)
+    target, record = _target_and_record(target_path, ledger_dir, release)
     state = record.state()
     interrupted = journal.pending(record)
     if interrupted is not None and interrupted != "unknown":
@@ -42,6 +46,29 @@ def status(
 
     rows = tuple(_status_of(p, target, state, elsewhere) for p in catalogue.load(catalog))
     return StatusReport(target, record.directory, rows, interrupted)
+
+
+def _target_and_record(
+    target_path: Path | None, ledger_dir: Path | None, release: str | None
+) -> tuple[Target, Record]:
+    """The target, its release settled as apply settles it, and its ledger record.
+
+    A release no file or tag tells (a checkout whose tag is gone) is the one apply was told
+    with --release, as the ledger recorded it: status asks what was applied, and the ledger
+    knows which release that was for.
+    """
+    target = find_target(target_path, parse_release(release) if release else None, required=False)
+    record = record_of(target, ledger_dir)
+    if target.release is None:
+        recorded = record.state().release
+        try:
+            found = Version(recorded) if recorded else None
+        except InvalidVersion:  # a hand-edited record: as if there were none
+            found = None
+        if found is not None:
+            source = "the ledger's record of the last apply"
+            target = replace(target, release=found, release_source=source)
+    return target, record
 
 
 def _status_of(
@@ -96,7 +123,10 @@ def _status_of(
 
 
 def check(
-    target_path: Path | None, ledger_dir: Path | None = None, catalog: Path | None = None
+    target_path: Path | None,
+    ledger_dir: Path | None = None,
+    catalog: Path | None = None,
+    release_asked: str | None = None,
 ) -> CheckReport:
     """Whether every patch meant for the target's release is in place (`status --check`).
 
@@ -106,15 +136,15 @@ def check(
     patch's codemod runs in memory and must find its change already there (written by sglpatch,
     by `patch -p1` from an export, or upstream), so libcst is loaded only when the ledger cannot
     vouch for a file. Patches the user skipped on this release do not count; nothing is written.
+    `release_asked` is `--release`, as for apply.
     """
-    target = find_target(target_path, None, required=False)
+    target, record = _target_and_record(target_path, ledger_dir, release_asked)
     release = target.release
-    if release is None:  # status takes no --version: say what is missing instead
+    if release is None:
         raise UsageError(
-            f"cannot tell which SGLang release {target.root} is (no dist-info, version file or "
-            "release tag), so which patches it needs"
+            f"cannot tell which SGLang release {target.root} is (no dist-info, version file, "
+            "release tag or ledger record), so which patches it needs; pass --release"
         )
-    record = record_of(target, ledger_dir)
     state = record.state()
     same = state.release == str(release)
     skipped = set(state.skipped) if same else set()

@@ -40,7 +40,11 @@ def _root(
     version: Annotated[
         bool,
         typer.Option(
-            "--version", callback=_version_callback, is_eager=True, help="Show sglpatch's version."
+            "--version",
+            "-V",
+            callback=_version_callback,
+            is_eager=True,
+            help="Show sglpatch's own version (the SGLang release is a command's --release).",
         ),
     ] = False,
 ) -> None:

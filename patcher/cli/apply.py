@@ -12,12 +12,14 @@ from sglpatch.cli.app import app
 from sglpatch.cli.errors import changed, handled
 from sglpatch.cli.options import (
     CatalogOption,
+    DeprecatedVersionOption,
     ForceApply,
     IdsOption,
     JsonOption,
     LedgerOption,
+    ReleaseOption,
     TargetOption,
-    VersionOption,
+    release_asked,
     split_ids,
 )
 from sglpatch.cli.output import (
@@ -69,7 +71,7 @@ SkipOption = Annotated[
 )
 @handled
 def apply(
-    version: VersionOption = None,
+    release: ReleaseOption = None,
     target: TargetOption = None,
     ledger: LedgerOption = None,
     dry_run: DryRunOption = False,
@@ -79,8 +81,10 @@ def apply(
     skip_ids: SkipOption = None,
     catalog: CatalogOption = None,
     json_out: JsonOption = False,
+    old_version: DeprecatedVersionOption = None,
 ) -> None:
     """Apply the patches tested for the target's release, all or nothing."""
+    version = release_asked(release, old_version)
     only: list[str] | None = split_ids(only_ids) if only_ids is not None else None
     skip = split_ids(skip_ids)
     if interactive:
@@ -116,7 +120,7 @@ def apply(
         "apply",
         target=target,
         ledger=ledger,
-        version=version,
+        release=version,
         force=force,
         only=only,
         skip=skip,

@@ -13,11 +13,13 @@ from sglpatch.cli.app import app
 from sglpatch.cli.errors import handled
 from sglpatch.cli.options import (
     CatalogOption,
+    DeprecatedVersionOption,
     ForceApply,
     JsonOption,
     LedgerOption,
+    ReleaseOption,
     TargetOption,
-    VersionOption,
+    release_asked,
 )
 from sglpatch.cli.output import emit, fail_on, say_found
 from sglpatch.usage import examples
@@ -40,6 +42,7 @@ def list_(
     json_out: JsonOption = False,
 ) -> None:
     """Show the catalogue: each patch, what it does, the releases it is tested on, its origin."""
+    release = release_asked(release, None)
     rows = api.list_patches(release, catalog)
     if json_out:
         emit(as_json.catalogue(rows, release))
@@ -77,8 +80,8 @@ def _catalogue_row(row: api.CatalogueRow, indent: str = "") -> None:
 
 @app.command(
     epilog=examples(
-        "sglpatch export --version 0.5.9 --output sm120.patch",
-        "sglpatch export --version 0.5.9 --output - | less",
+        "sglpatch export --release 0.5.9 --output sm120.patch",
+        "sglpatch export --release 0.5.9 --output - | less",
     )
 )
 @handled
@@ -86,13 +89,15 @@ def export(
     output: Annotated[
         str, typer.Option("--output", "-o", help="File to write the diff to; - for stdout.")
     ],
-    version: VersionOption = None,
+    release: ReleaseOption = None,
     target: TargetOption = None,
     ledger: LedgerOption = None,
     force: ForceApply = False,
     catalog: CatalogOption = None,
+    old_version: DeprecatedVersionOption = None,
 ) -> None:
     """Write the patches as a unified diff for `git apply` or `patch -p1` at the target root."""
+    version = release_asked(release, old_version)
     report = api.export(target, version, output, ledger, force=force, catalog=catalog)
     say_found(report.target)
     fail_on(report.failures)

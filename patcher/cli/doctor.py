@@ -13,7 +13,14 @@ from sglpatch import api, as_json
 from sglpatch.api.doctor import CAPABILITIES, KERNELS
 from sglpatch.cli.app import app
 from sglpatch.cli.errors import handled
-from sglpatch.cli.options import CatalogOption, JsonOption, TargetOption, VersionOption
+from sglpatch.cli.options import (
+    CatalogOption,
+    DeprecatedVersionOption,
+    JsonOption,
+    ReleaseOption,
+    TargetOption,
+    release_asked,
+)
 from sglpatch.cli.output import emit
 from sglpatch.errors import ExitCode
 from sglpatch.usage import examples
@@ -82,17 +89,19 @@ def doctor(
     strict: StrictOption = False,
     verbose: VerboseOption = False,
     capability: CapabilityOption = None,
-    version: VersionOption = None,
+    release: ReleaseOption = None,
     catalog: CatalogOption = None,
     json_out: JsonOption = False,
+    old_version: DeprecatedVersionOption = None,
 ) -> None:
     """Will this SGLang run on capability-12 GPUs, with EAGLE-3 on your model? Read from its source.
 
     Exit 0 when ready, 5 when blockers remain (known breakage: a catalogue patch not applied yet,
     or the model's missing EAGLE-3 methods) or a file could not be read or parsed (not judged).
     Suspects (heuristic findings) block only with --strict. A release that cannot be read is
-    exit 2 unless --version gives it.
+    exit 2 unless --release gives it.
     """
+    version = release_asked(release, old_version)
     global _ran  # what `freeze_if_ran` asks at the process's exit
     _ran = True
     progress = _progress if _stderr_is_terminal() else None
@@ -206,7 +215,7 @@ def _print_next(report: api.DoctorReport) -> None:
     rows = (*found.blockers, *found.opt_in)
     if any(b.fixed_by and b.source != KERNELS for b in rows):
         again = "sglpatch doctor" + (f" --model {found.asked}" if found.asked else "")
-        typer.echo(f"\nNext: `sglpatch apply`, then `{again}` again.")
+        typer.echo(f"\nNext: `{found.apply_command}`, then `{again}` again.")
 
 
 def _print_suspects(found: Diagnosis, verbose: bool) -> None:

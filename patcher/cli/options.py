@@ -7,6 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from sglpatch.errors import UsageError
+
 # typer needs Optional[...] at run time on Python 3.10 for these annotations.
 TargetOption = Annotated[
     Optional[Path],  # noqa: UP045
@@ -57,12 +59,43 @@ ForceApply = Annotated[
 ]
 
 
-VersionOption = Annotated[
+ReleaseOption = Annotated[
     Optional[str],  # noqa: UP045
     typer.Option(
-        "--version", "-V", help="SGLang release the target must be, e.g. 0.5.9.", show_default=False
+        "--release",
+        "-r",
+        help="The SGLang release, e.g. 0.5.9: checked against the target's own (refused if it "
+        "differs), used where none can be read.",
+        show_default=False,
     ),
 ]
+
+
+# `--version`/`-V` named the SGLang release on commands before `--release` did; pip, ruff and
+# `sglpatch --version` use them for the tool's own version. Kept so scripts keep working.
+DeprecatedVersionOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--version", "-V", hidden=True, show_default=False),
+]
+
+
+def release_asked(release: str | None, version: str | None) -> str | None:
+    """The release `--release` (or the deprecated `--version`) asks for, checked here so an
+    error names the option the user typed."""
+    if version is not None:
+        typer.echo(
+            "sglpatch: warning: --version is deprecated for the SGLang release; use --release "
+            "(sglpatch --version shows sglpatch's own version)",
+            err=True,
+        )
+        if release is not None and release != version:
+            raise UsageError(f"--release {release} and --version {version} disagree; give one")
+    text = release if release is not None else version
+    if text is not None:
+        from sglpatch.target import parse_release
+
+        parse_release(text, "--release" if release is not None else "--version")
+    return text
 
 
 IdsOption = Optional[list[str]]  # noqa: UP045

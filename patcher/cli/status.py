@@ -10,7 +10,15 @@ import typer
 from sglpatch import api, as_json
 from sglpatch.cli.app import app
 from sglpatch.cli.errors import handled, say_error
-from sglpatch.cli.options import CatalogOption, JsonOption, LedgerOption, TargetOption
+from sglpatch.cli.options import (
+    CatalogOption,
+    DeprecatedVersionOption,
+    JsonOption,
+    LedgerOption,
+    ReleaseOption,
+    TargetOption,
+    release_asked,
+)
 from sglpatch.cli.output import emit, patch_row, say_found, suggest
 from sglpatch.errors import ExitCode
 from sglpatch.reports import tally
@@ -37,12 +45,15 @@ def status(
         ),
     ] = False,
     json_out: JsonOption = False,
+    release: ReleaseOption = None,
+    old_version: DeprecatedVersionOption = None,
 ) -> None:
     """Show the target, its release, the ledger, and each patch's state."""
+    asked = release_asked(release, old_version)
     if check:
-        _check(target, ledger, catalog, json_out)
+        _check(target, ledger, catalog, json_out, asked)
         return
-    report = api.status(target, ledger, catalog)
+    report = api.status(target, ledger, catalog, asked)
     if json_out:
         emit(as_json.status(report))
         return
@@ -70,8 +81,14 @@ def counted(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {state}" for state, n in counts.items() if n) or "none"
 
 
-def _check(target: Path | None, ledger: Path | None, catalog: Path | None, json_out: bool) -> None:
-    report = api.check(target, ledger, catalog)
+def _check(
+    target: Path | None,
+    ledger: Path | None,
+    catalog: Path | None,
+    json_out: bool,
+    release: str | None,
+) -> None:
+    report = api.check(target, ledger, catalog, release)
     if json_out:
         emit(as_json.check(report))
     found = report.target
@@ -97,10 +114,10 @@ def _check(target: Path | None, ledger: Path | None, catalog: Path | None, json_
             if report.upgraded_from
             else ""
         )
+        again = suggest("apply", target=target, ledger=ledger, release=release, catalog=catalog)
         say_error(
             f"not in place on SGLang {found.release} at {found.root}: {missing} ({in_place})"
-            f"{upgraded}{skipped}; "
-            f"run {suggest('apply', target=target, ledger=ledger, catalog=catalog)}"
+            f"{upgraded}{skipped}; run {again}"
         )
         raise typer.Exit(ExitCode.NOT_IN_PLACE)
 

@@ -11,6 +11,10 @@ from packaging.version import Version
 from sglpatch.doctor import judged
 from sglpatch.doctor.findings import Finding
 
+# A pending patch's note when the release is outside its tested range: apply refuses it
+# without --force, so doctor names --force as apply's refusal does.
+UNTESTED = "untested on this release: apply --force"
+
 
 class Blocker(NamedTuple):
     what: str  # one line: what breaks
@@ -74,6 +78,14 @@ class Diagnosis(NamedTuple):
         return not self.blockers and not self.not_judged
 
     @property
+    def apply_command(self) -> str:
+        """What fixes the blockers apply can fix: `--force` where their release is untested
+        (apply refuses it otherwise)."""
+        rows = (*self.blockers, *self.opt_in)
+        untested = any(b.fixed_by and UNTESTED in b.note for b in rows)
+        return "sglpatch apply --force" if untested else "sglpatch apply"
+
+    @property
     def lacking(self) -> list[ModelReport]:
         return [m for m in self.models if m.missing]
 
@@ -93,14 +105,13 @@ class Diagnosis(NamedTuple):
             count = len(self.blockers)
             fixable = sum(1 for b in self.blockers if b.fixed_by)
             noun = "blocker" if count == 1 else "blockers"
+            apply = f"`{self.apply_command}`"
             if fixable == count:
-                answer = (
-                    f"{count} {noun}, {'both' if count == 2 else 'all'} fixed by `sglpatch apply`"
-                )
+                answer = f"{count} {noun}, {'both' if count == 2 else 'all'} fixed by {apply}"
                 if count == 1:
-                    answer = f"1 {noun}, fixed by `sglpatch apply`"
+                    answer = f"1 {noun}, fixed by {apply}"
             elif fixable:
-                answer = f"{count} {noun}, {fixable} fixed by `sglpatch apply`"
+                answer = f"{count} {noun}, {fixable} fixed by {apply}"
             else:
                 answer = f"{count} {noun}, none fixed by `sglpatch apply`"
             if unjudged:

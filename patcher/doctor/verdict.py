@@ -37,6 +37,7 @@ from sglpatch.doctor import (
     tables,
     unreached,
 )
+from sglpatch.doctor.diagnosis import UNTESTED
 from sglpatch.doctor.diagnosis import Blocker as Blocker
 from sglpatch.doctor.diagnosis import Diagnosis as Diagnosis
 from sglpatch.doctor.diagnosis import ModelReport as ModelReport
@@ -351,7 +352,7 @@ def _as_pending(
         fails = f"the patch fails: {check.outcome.reason}"
         return Blocker(patch.symptom, patch.id, None, "; ".join(filter(None, (fails, note))), when)
     if release is not None and not patch.is_tested(release):
-        note = "; ".join(filter(None, (note, "untested on this release: apply --force")))
+        note = "; ".join(filter(None, (note, UNTESTED)))
     return Blocker(patch.symptom, patch.id, patch.id, note, when)
 
 
