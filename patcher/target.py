@@ -14,6 +14,7 @@ from typing import NamedTuple
 from packaging.version import InvalidVersion, Version
 
 from sglpatch.errors import RefusedError, TargetError, UsageError
+from sglpatch.reading import read_regular
 from sglpatch.release import read_release
 
 
@@ -32,6 +33,9 @@ class Target:
     release_source: str | None
     found_by: str | None = None  # how discovery found it when no --target was given
     also_found: tuple[str, ...] = ()  # other SGLang installs discovery saw, each "path (how)"
+    # The site-packages `--target` named when it led to a checkout (an editable install's):
+    # the environment that runs this tree, whose kernels doctor reads.
+    environment: Path | None = None
 
     @property
     def package_dir(self) -> Path:
@@ -81,7 +85,7 @@ def find_target(path: Path | None, requested: Version | None, *, required: bool 
         first, *others = discover()
         path, found_by = first.package, first.how
         also = tuple(f"{o.package.parent} ({o.how})" for o in others)
-    root, layout = _locate(path)
+    root, layout, environment = _locate(path)
     found, source = detect_release(root, layout)
     if requested is not None and found is not None and requested != found:
         raise RefusedError(  # neutral: the option may be the deprecated --version
@@ -95,18 +99,28 @@ def find_target(path: Path | None, requested: Version | None, *, required: bool 
         )
     release = requested if found is None else found
     source = source if found is not None else ("--release" if requested else None)
-    return Target(root, layout, release, source, found_by, also)
+    return Target(root, layout, release, source, found_by, also, environment)
 
 
-def _locate(path: Path) -> tuple[Path, Layout]:
+def _locate(path: Path) -> tuple[Path, Layout, Path | None]:
+    """The tree `path` names, its layout, and the site-packages it was reached through when
+    that is not the tree itself (an environment or site-packages with an editable install)."""
     if not path.exists():
         raise TargetError("no such file or directory", str(path))
     if not path.is_dir():
         raise TargetError("not a directory", str(path))
-    environment = _environment_package(path)
-    if environment is not None:
-        return _classify(environment.parent, given=path)
-    return _classify(path.resolve(), given=path)
+    found = _environment_package(path)
+    if found is not None:
+        package, site = found
+        root, layout = _classify(package.parent, given=path)
+        return root, layout, site if layout is Layout.CHECKOUT else None
+    if not _is_package(path / "sglang"):
+        editable = _editable_package(path)
+        if editable is not None:
+            root, layout = _classify(editable.parent, given=path)
+            return root, layout, path.resolve()
+    root, layout = _classify(path.resolve(), given=path)
+    return root, layout, None
 
 
 def _classify(folder: Path, given: Path) -> tuple[Path, Layout]:
@@ -276,11 +290,12 @@ def _isolated_pipx(prefix: Path) -> bool:
     return not re.search(r"^include-system-site-packages\s*=\s*true\s*$", config, re.I | re.M)
 
 
-def _environment_package(root: Path) -> Path | None:
-    """The sglang of a virtual environment or conda root given as --target, else None.
+def _environment_package(root: Path) -> tuple[Path, Path | None] | None:
+    """The sglang of a virtual environment or conda root given as --target, and the
+    environment's site-packages; None when `root` is no environment.
 
     Its interpreter is asked first (it knows editable installs); without one, the single
-    `lib/python3.*/site-packages/sglang` is taken.
+    `lib/python3.*/site-packages/sglang`, or the checkout an editable install there names.
     """
     sites = sorted(root.glob("lib/python3.*/site-packages"))
     if not sites:
@@ -289,16 +304,63 @@ def _environment_package(root: Path) -> Path | None:
     if python.exists():
         (answer,) = _ask_all([[str(python), "-c", _ASK]])
         if answer is not None:
-            return answer[1]
-    packages = [site / "sglang" for site in sites if _is_package(site / "sglang")]
-    if len(packages) == 1:
-        return packages[0]
-    if packages:
+            return answer[1], sites[0].resolve()
+    packages = [
+        (site / "sglang" if _is_package(site / "sglang") else _editable_package(site), site)
+        for site in sites
+    ]
+    found = [(package, site.resolve()) for package, site in packages if package is not None]
+    if len(found) == 1:
+        return found[0]
+    if found:
         raise TargetError(
-            f"holds several SGLang installs ({', '.join(map(str, packages))}); pass one of them",
+            f"holds several SGLang installs ({', '.join(str(p) for p, _ in found)}); pass one "
+            "of them",
             str(root),
         )
     raise TargetError("an environment without SGLang in its site-packages", str(root))
+
+
+def _editable_package(site: Path) -> Path | None:
+    """The sglang package an editable install in the site-packages `site` points at.
+
+    pip records where it installed from in the dist-info's `direct_url.json` (PEP 610:
+    `dir_info.editable`); setuptools' older editable mode, and a hand-made install, add the
+    checkout's `python/` folder to a `.pth` file instead. Read, never executed: a `.pth` line
+    that imports a finder is skipped (`direct_url.json` names the same folder).
+    """
+    import json
+    from urllib.parse import unquote, urlparse
+
+    folders: list[Path] = []
+    for record in sorted(site.glob("sglang-*.dist-info/direct_url.json")):
+        try:
+            data = json.loads(read_regular(record, 1 << 16))
+        except (OSError, ValueError, RecursionError):
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("dir_info"), dict):
+            continue
+        url = urlparse(str(data.get("url", "")))
+        if url.scheme == "file" and data["dir_info"].get("editable") is True:
+            folders.append(Path(unquote(url.path)))
+    for pth in sorted(site.glob("*.pth")):
+        try:
+            lines = read_regular(pth, 1 << 20).decode("utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        folders += [
+            Path(line.strip())
+            for line in lines
+            if line.strip() and not line.startswith(("#", "import ", "import\t"))
+        ]
+    for folder in folders:
+        for package in (folder / "sglang", folder / "python" / "sglang"):
+            try:
+                if _is_package(package):
+                    return package
+            except OSError:  # a folder this user may not look into
+                continue
+    return None
 
 
 def detect_release(root: Path, layout: Layout) -> tuple[Version | None, str | None]:

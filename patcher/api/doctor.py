@@ -14,6 +14,7 @@ from sglpatch.reports import DoctorReport
 from sglpatch.target import Layout, Target, find_target, parse_release
 
 if TYPE_CHECKING:
+    from sglpatch.doctor import requirements
     from sglpatch.doctor.kernels import KernelFinding
     from sglpatch.doctor.verdict import Blocker
 
@@ -72,13 +73,15 @@ def _diagnose(
     site = _environment(target)
     if site is None:
         return DoctorReport(target, result, None, model_from=model_from)
-    from sglpatch.doctor import kernels
+    from sglpatch.doctor import kernels, requirements
 
+    lacking = requirements.missing(site) or []
     found = tuple(kernels.inspect(site, capabilities))
     blockers = tuple(
         _kernel_blocker(f, capabilities) for f in found if any(map(f.blocks, capabilities))
     )
-    result = result._replace(blockers=result.blockers + blockers)
+    needed = tuple(_missing_blocker(m, target) for m in lacking)
+    result = result._replace(blockers=needed + result.blockers + blockers)
     return DoctorReport(target, result, found, site, model_from)
 
 
@@ -93,14 +96,37 @@ _THROUGH_ENVIRONMENT = (
 
 def _environment(target: Target) -> Path | None:
     """The site-packages whose kernels SGLang runs with: the target's own, or for a checkout,
-    that of the environment discovery found it through (an editable install); else None."""
+    that of the environment `--target` named or discovery found it through (an editable
+    install); else None."""
     if target.layout is Layout.SITE_PACKAGES:
         return target.root
+    if target.environment is not None:
+        return target.environment
     if target.found_by is None or not target.found_by.startswith(_THROUGH_ENVIRONMENT):
         return None  # a checkout given by --target or found from the current folder
     prefix = Path(target.found_by.split(" at ", 1)[1])
     sites = sorted(prefix.glob("lib/python3*/site-packages"))
     return sites[0] if sites else None
+
+
+# The source of a blocker in the environment itself: a requirement of SGLang not installed.
+ENVIRONMENT = "the environment"
+
+
+def _missing_blocker(missing: requirements.Missing, target: Target) -> Blocker:
+    from sglpatch.doctor.verdict import Blocker
+
+    if missing.source.endswith("METADATA"):
+        why = f"SGLang {target.release} requires {missing.requirement} ({missing.source})"
+    else:
+        why = f"SGLang requires it ({missing.source})"
+    python = missing.prefix / "bin" / "python"
+    return Blocker(
+        f"{missing.name} is not installed in the environment at {missing.prefix}: {why}",
+        ENVIRONMENT,
+        None,
+        f"{python} -m pip install '{missing.requirement}'",
+    )
 
 
 # Both capability-12 parts: 12.0 (RTX PRO 6000, RTX 5090) and 12.1 (GB10, DGX Spark).

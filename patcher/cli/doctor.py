@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from sglpatch import api, as_json
-from sglpatch.api.doctor import CAPABILITIES, KERNELS
+from sglpatch.api.doctor import CAPABILITIES, ENVIRONMENT, KERNELS
 from sglpatch.cli.app import app
 from sglpatch.cli.errors import handled
 from sglpatch.cli.options import (
@@ -186,7 +186,7 @@ def _print_rows(rows: tuple[Blocker, ...], conditions: bool = True) -> None:
         fix = f"fixed by `sglpatch apply` ({blocker.fixed_by})" if blocker.fixed_by else ""
         fix = fix or f"no patch yet ({blocker.source})"
         note = f"; {blocker.note}" if blocker.note else ""
-        if blocker.source == KERNELS:  # a compiled package: its fix is another build
+        if blocker.source in (KERNELS, ENVIRONMENT):  # another build, a missing package
             fix, note = "`sglpatch apply` cannot fix it", f"; fix: {blocker.note}"
         when = f" ({blocker.when})" if blocker.when and conditions else ""
         typer.echo(f"  - {blocker.what}{when}\n      {fix}{note}")
@@ -275,9 +275,9 @@ def _print_kernels(report: api.DoctorReport, verbose: bool = False) -> None:
     lines), and those not installed named."""
     if report.kernels is None:
         typer.echo(
-            "\nKernels: not judged (a checkout found by --target or from the current folder: no "
-            "environment is known; run "
-            "doctor with --target set to the site-packages of the environment that runs it)"
+            "\nKernels: not judged (a checkout given by --target or found from the current "
+            "folder: no environment is known; run doctor with --target set to the environment "
+            "that runs it, its root or site-packages: its editable install leads to the checkout)"
         )
         return
     if report.kernels_from is not None and report.kernels_from != report.target.root:
