@@ -13,7 +13,7 @@ from sglpatch import api
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
 from tests.support import wheels
-from tests.support.releases import SEED
+from tests.support.releases import NEWEST, SEED
 from tests.test_kernels_packages import NEW_TARGETS, env_with, site, stand_in
 
 pytestmark = pytest.mark.wheel
@@ -108,3 +108,35 @@ def test_a_checkout_is_judged_in_the_environment_that_found_it(tmp_path: Path) -
     assert _environment(found) == site
     installed = Target(site, Layout.SITE_PACKAGES, Version(SEED), "METADATA", None, ())
     assert _environment(installed) == site
+
+
+def test_the_sgl_kernel_fix_names_what_was_read_not_remembered_wheels(
+    runner: CliRunner, environment: Path
+) -> None:
+    """It cited "the PyPI wheels of sgl-kernel 0.3.21 and sglang-kernel 0.4.1 carry sm_120a
+    only", whatever was installed (the aarch64 wheels carry sm_121a)."""
+    _, data = doctor_json(runner, environment)
+    (sgl,) = [k for k in data["kernels"] if k["package"] == "sgl-kernel"]  # type: ignore[union-attr]
+    assert "PyPI" not in sgl["fix"] and "0.4.1" not in sgl["fix"]
+    assert sgl["fix"] == (
+        "an sgl-kernel whose common_ops has sm_121a or sm_120f code, built with CUDA 12.9+ "
+        "(the installed sgl_kernel/sm100/common_ops.abi3.so carries sm_90a sm_100a sm_120a)"
+    )
+
+
+def test_one_capability_asked_shows_that_part_alone(runner: CliRunner, environment: Path) -> None:
+    """`--capability 12.0` printed "12.1 not judged" on every kernel line."""
+    args = ["doctor", "--target", str(environment), "--capability", "12.0"]
+    text = runner.invoke(app, [*args, "--verbose"]).stdout
+    kernels = text[text.index("\nKernels") :]
+    assert "12.0 runs" in kernels and "12.1" not in kernels, kernels
+    text = runner.invoke(app, args).stdout
+    assert "1 without code for 12.0 (--verbose shows each)" in text, text
+
+
+def test_counts_of_one_are_singular(runner: CliRunner, tmp_path: Path) -> None:
+    """"1 capability gates in 1 files" (the newest release's patch targets have one)."""
+    tree = wheels.site_packages(NEWEST, tmp_path / "site", wheels.patch_targets(NEWEST))
+    text = runner.invoke(app, ["doctor", "--target", str(tree)]).stdout
+    assert "Suspects (not blockers): 1 capability gate in 1 file where" in text, text
+    assert "Not judged: 1 gate gives" in text and "Not listed: 1 place that refuses" in text

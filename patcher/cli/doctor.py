@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from sglpatch import api, as_json
-from sglpatch.api.doctor import CAPABILITIES, ENVIRONMENT, KERNELS
+from sglpatch.api.doctor import ENVIRONMENT, KERNELS
 from sglpatch.cli.app import app
 from sglpatch.cli.errors import handled
 from sglpatch.cli.options import (
@@ -227,7 +227,8 @@ def _print_suspects(found: Diagnosis, verbose: bool) -> None:
     label = "blockers under --strict" if found.strict else "not blockers"
     on = " and ".join(found.capabilities)
     typer.echo(
-        f"\nSuspects ({label}): {len(suspects)} capability gates in {files} files where {on} "
+        f"\nSuspects ({label}): {_count(len(suspects), 'capability gate')} in "
+        f"{_count(files, 'file')} where {on} "
         f"get{'s' * (len(found.capabilities) == 1)} what does not run there by the "
         "kernel-support table"
         + (f", {covered} covered by a pending patch" if covered else "")
@@ -237,7 +238,8 @@ def _print_suspects(found: Diagnosis, verbose: bool) -> None:
         _print_suspect(suspect)
     unjudged = found.unjudged
     typer.echo(
-        f"\nNot judged: {len(unjudged)} gates give {on} a backend the table does not know; "
+        f"\nNot judged: {_count(len(unjudged), 'gate')} give{'s' * (len(unjudged) == 1)} {on} "
+        "a backend the table does not know; "
         f"{found.harmless} more give what runs there (harmless, not listed)"
         + ("" if verbose or not unjudged else " (--verbose lists the former)")
     )
@@ -245,13 +247,19 @@ def _print_suspects(found: Diagnosis, verbose: bool) -> None:
         _print_suspect(suspect)
     if found.refusals:
         typer.echo(
-            f"\nNot listed: {len(found.refusals)} places that refuse capability 12 with an error "
+            f"\nNot listed: {_count(len(found.refusals), 'place')} that refuse"
+            f"{'s' * (len(found.refusals) == 1)} capability 12 with an error "
             "by design (`sglpatch doctor --verbose` lists them)."
             if not verbose
             else f"\nRefuse capability 12 with an error, by design: {len(found.refusals)} places"
         )
     for f in found.refusals if verbose else ():
         typer.echo(f"  {f.file}:{f.line}: {f.code}")
+
+
+def _count(n: int, noun: str) -> str:
+    """`1 file`, `2 files`."""
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def _print_suspect(suspect: Suspect) -> None:
@@ -286,15 +294,17 @@ def _print_kernels(report: api.DoctorReport, verbose: bool = False) -> None:
 
     installed = [k for k in report.kernels if k.version is not None]
     absent = [k.package for k in report.kernels if k.version is None]
+    asked = report.diagnosis.capabilities  # --capability: that part alone
     if installed and verbose:
         typer.echo("")
-        for line in kernels.render(installed, CAPABILITIES):
+        for line in kernels.render(installed, asked):
             typer.echo(line)
     elif installed:
-        failing = [k for k in installed if any(k.runs_on.get(c) is False for c in CAPABILITIES)]
+        failing = [k for k in installed if any(k.runs_on.get(c) is False for c in asked)]
+        part = "some capability-12 part" if len(asked) > 1 else asked[0]
         typer.echo(
             f"\nKernels: {len(installed)} installed package{'s' * (len(installed) > 1)} read, "
-            f"{len(failing)} without code for some capability-12 part (--verbose shows each)"
+            f"{len(failing)} without code for {part} (--verbose shows each)"
         )
     if absent:
         typer.echo(f"\nKernels not installed beside this SGLang (not judged): {', '.join(absent)}")

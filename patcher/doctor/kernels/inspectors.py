@@ -66,6 +66,10 @@ def torch(sp: Path, dists: Distributions, caps: Caps) -> KernelFinding:
     )
 
 
+# The SASS each capability-12 part runs: its own arch-specific code, or the family's.
+_NEEDED = {"12.0": "sm_120a or sm_120f", "12.1": "sm_121a or sm_120f"}
+
+
 def sgl_kernel(sp: Path, dists: Distributions, caps: Caps) -> KernelFinding:
     pkg = sp / "sgl_kernel"
     name = "sglang-kernel" if dists.version("sglang-kernel") else "sgl-kernel"
@@ -77,7 +81,6 @@ def sgl_kernel(sp: Path, dists: Distributions, caps: Caps) -> KernelFinding:
     files: dict[str, str] = {}
     archs: dict[str, dict[str, int]] = {}
     explained: dict[str, list[str]] = {}
-    has_120a = False
     for cap in caps:
         capability = parse_capability(cap)
         if capability is None:
@@ -101,7 +104,6 @@ def sgl_kernel(sp: Path, dists: Distributions, caps: Caps) -> KernelFinding:
             notes.append(f"{cap}: not judged: {codes}")
             continue
         runs[cap] = judge_codes(codes, [cap])[cap]
-        has_120a = has_120a or Code("sass", 120, "a") in codes
         files[cap] = rel
         archs[rel] = {c.name: n for c, n in sorted(codes.items())}
         explained.setdefault(rel, []).append(explain(codes, cap))
@@ -115,12 +117,15 @@ def sgl_kernel(sp: Path, dists: Distributions, caps: Caps) -> KernelFinding:
     failing = [cap for cap, ok in runs.items() if ok is False]
     fix = ""
     if failing:
-        fix = (
-            "an sgl-kernel whose common_ops has sm_120f or sm_121a code, built from source"
-            " with CUDA 12.9+ (the PyPI wheels of sgl-kernel 0.3.21 and sglang-kernel 0.4.1"
-            " carry sm_120a only, which runs on 12.0 alone)"
-            if has_120a
-            else "an sgl-kernel built with CUDA 12.8+ for sm_120a (and sm_120f/sm_121a for 12.1)"
+        # From what was read in this environment, never from remembered wheels: the same
+        # release's wheels differ by platform (aarch64's carry sm_121a, x86_64's do not).
+        needed = " or ".join(_NEEDED.get(cap, "its code") for cap in failing)
+        carried = "; ".join(
+            f"the installed {rel} carries {' '.join(archs[rel])}"
+            for rel in dict.fromkeys(files[cap] for cap in failing if cap in files)
+        )
+        fix = f"an sgl-kernel whose common_ops has {needed} code, built with CUDA 12.9+" + (
+            f" ({carried})" if carried else ""
         )
     return KernelFinding(
         name, version, runs, "; ".join(why), fix, True, {"loads": files, "archs": archs}
