@@ -22,9 +22,9 @@ def shell_blocks(text: str) -> list[str]:
 def test_the_first_command_is_pipx_and_hard_codes_no_release() -> None:
     first = shell_blocks(README)[0]
     assert first == FIRST_COMMAND
-    assert "--version" not in first  # a release the reader may not have
-    # --version is explained after it, as a check
-    assert FIRST_STEPS.index(first) < FIRST_STEPS.index("`--version 0.5.9` is a")
+    assert "--release" not in first  # a release the reader may not have
+    # --release is explained after it, as a check
+    assert FIRST_STEPS.index(first) < FIRST_STEPS.index("`--release 0.5.9` is a")
 
 
 def test_the_system_python_is_never_the_way_to_install() -> None:
