@@ -121,7 +121,9 @@ def worst(judgements: Sequence[Judgement]) -> str:
 def _fails(choice: Chosen, cap: support.Capability, release: str | None) -> str:
     record = support.lookup(choice[1], choice[2], release=release)
     where = record.shown_range() if record is not None else "nothing"
-    source = _short(record.source) if record is not None else ""
+    # The table's own evidence, named as such: it was measured on the builds it names, not
+    # read in this environment (which may hold another build, or none).
+    source = f"kernel-support table: {_short(record.source)}" if record is not None else ""
     return f"{choice[0]} gets {_named(choice)}: runs on {where} only ({source})"
 
 
