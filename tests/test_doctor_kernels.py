@@ -135,7 +135,7 @@ def test_one_capability_asked_shows_that_part_alone(runner: CliRunner, environme
 
 
 def test_counts_of_one_are_singular(runner: CliRunner, tmp_path: Path) -> None:
-    """"1 capability gates in 1 files" (the newest release's patch targets have one)."""
+    """It said "1 capability gates in 1 files" (the newest release's patch targets have one)."""
     tree = wheels.site_packages(NEWEST, tmp_path / "site", wheels.patch_targets(NEWEST))
     text = runner.invoke(app, ["doctor", "--target", str(tree)]).stdout
     assert "Suspects (not blockers): 1 capability gate in 1 file where" in text, text
