@@ -58,10 +58,9 @@ def test_an_untested_release_is_refused_unless_forced(runner: CliRunner, tmp_pat
     before = snapshot(site)
     result = runner.invoke(app, ["apply", "--target", str(site)])
     assert result.exit_code == ExitCode.REFUSED
-    assert (
-        "0.5.24" in result.stderr
-        and "<=0.5.23,>=0.5.3" in result.stderr
-        and "--force" in result.stderr
+    assert result.stderr == (  # the tested range once, lower bound first (it was per patch)
+        "sglpatch: error: SGLang 0.5.24 is untested (the patches are tested on >=0.5.3,<=0.5.23); "
+        "--force runs the codemods anyway\n"
     )
     assert snapshot(site) == before
 
@@ -87,3 +86,25 @@ def test_forced_codemods_still_refuse_without_their_anchor(
     assert result.exit_code == ExitCode.TARGET
     assert "expected one assignment to TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES" in result.stderr
     assert snapshot(site) == before
+
+
+def test_an_untested_refusal_names_each_range_once() -> None:
+    """23 patches with one range made a line of about 1,700 characters; ranges that differ (a
+    plugin's) are each named once, with how many patches share it."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    from sglpatch.api.common import untested_refusal
+
+    def patch(id_: str, tested: str) -> Any:
+        return SimpleNamespace(id=id_, tested=SpecifierSet(tested))
+
+    patches = [patch(f"p{i}", ">=0.5.3,<=0.5.23") for i in range(23)] + [patch("mine", "==0.5.9")]
+    line = untested_refusal(Version("0.5.24"), cast(Any, patches))
+    assert line == (
+        "SGLang 0.5.24 is untested (tested: >=0.5.3,<=0.5.23 (p0 and 22 more); ==0.5.9 (mine)); "
+        "--force runs the codemods anyway"
+    )
