@@ -43,12 +43,12 @@ def read_release(package: Path, checkout: Path | None) -> tuple[Version | None, 
 def _after(dev: tuple[Version, str], tag: tuple[Version | None, str | None]) -> tuple[Version, str]:
     """The release a development version follows, and the source saying so."""
     version, where = dev
-    said = f"{where}: {version}, a development version after"
+    said = f"{where}: {version}{_DEVELOPMENT} after"
     if tag[0] is not None:  # HEAD's tag: the version file was written at install time
         return tag[0], f"{said} {tag[0]} ({tag[1]})"
     before = _release_before(version)
     if before is None:  # 0.6.0.dev1: the release it follows cannot be told from the number
-        return version, f"{where}: {version}, a development version"
+        return version, f"{where}: {version}{_DEVELOPMENT}"
     return before, f"{said} {before}"
 
 
@@ -58,6 +58,16 @@ def _release_before(version: Version) -> Version | None:
     if last == 0:
         return None
     return Version(".".join(str(n) for n in (*head, last - 1)))
+
+
+def inferred(source: str | None) -> bool:
+    """Whether a release was inferred (a dev version, commits past a tag), not read as such:
+    the commands say so, as a warning, where they name the release."""
+    return source is not None and (_DEVELOPMENT in source or _PAST in source)
+
+
+_DEVELOPMENT = ", a development version"
+_PAST = " past the tag"
 
 
 _NAME_RE = re.compile(r"^Name:\s*sglang\s*$", re.IGNORECASE | re.MULTILINE)
@@ -136,7 +146,7 @@ def _from_tag(root: Path) -> tuple[Version | None, str | None]:
     if past == 0:
         return version, f"git tag {tag}"
     commits = f"{past} commit{'s' * (past > 1)}"
-    return version, f"git describe: {described.strip()}, {commits} past the tag"
+    return version, f"git describe: {described.strip()}, {commits}{_PAST}"
 
 
 # `git describe --long`: the tag, the commits since it, `g` and HEAD's abbreviated hash.

@@ -53,6 +53,8 @@ def test_apply_status_and_check_agree_past_the_tag(runner: CliRunner, past_tag: 
     """The README's entrypoint recipe (`status --check || exit 1`) refused every start."""
     code, _, err = invoke(runner, "apply", "--target", str(past_tag))
     assert code == 0, err
+    warning = f"sglpatch: warning: taken as SGLang {NEWEST}, from git describe: v{NEWEST}-1-g"
+    assert warning in err  # inferred, not read as such: said once, on stderr
     code, out, err = invoke(runner, "status", "--target", str(past_tag))
     assert code == 0, err
     assert f"release: {NEWEST} (from git describe: v{NEWEST}-1-g" in out
@@ -96,10 +98,13 @@ def test_a_dev_version_is_the_release_it_follows_in_apply_and_doctor(
     code, _, err = invoke(runner, "apply", "--dry-run", "--target", str(past_tag))
     assert code == 0, err
     assert f"SGLang {NEWEST} at {past_tag}" in err
+    assert f"{NEXT_DEV}, a development version after {NEWEST}" in err  # the warning
     code, out, err = invoke(runner, "doctor", "--json", "--target", str(past_tag))
     report = json.loads(out)
     assert report["release"] == NEWEST
     assert "--force" not in report["verdict"]
+    code, out, err = invoke(runner, "doctor", "--target", str(past_tag))
+    assert out.splitlines()[2].startswith(f"  judged as SGLang {NEWEST}, from {version_file}: ")
     git(past_tag, "tag", "-d", f"v{NEWEST}")  # no tag: setuptools-scm's count says the same
     target = find_target(past_tag, None)
     assert str(target.release) == NEWEST

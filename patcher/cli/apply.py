@@ -29,6 +29,7 @@ from sglpatch.cli.output import (
     emit,
     fail_on,
     patch_row,
+    release_note,
     say_found,
     suggest,
 )
@@ -137,6 +138,9 @@ def _show(report: api.ApplyReport, dry_run: bool) -> None:
     found = report.target
     how = f"; found by {found.found_by}" if found.found_by else ""
     typer.echo(f"SGLang {found.release} at {found.root} ({found.layout.value}{how})", err=err)
+    note = release_note(found)
+    if note is not None:  # patched as the release it follows: say so, and from what
+        typer.echo(f"sglpatch: warning: taken as {note}", err=True)
     say_found(found)
     if report.untested:
         typer.echo(f"  --force: running untested patches {', '.join(report.untested)}", err=True)

@@ -21,7 +21,7 @@ from sglpatch.cli.options import (
     TargetOption,
     release_asked,
 )
-from sglpatch.cli.output import emit
+from sglpatch.cli.output import emit, release_note
 from sglpatch.errors import ExitCode
 from sglpatch.usage import examples
 
@@ -149,6 +149,9 @@ def _print_diagnosis(report: api.DoctorReport, verbose: bool = False) -> None:
     found = report.diagnosis
     typer.echo(found.verdict)
     typer.echo(f"  target: {report.target.root}")
+    note = release_note(report.target)
+    if note is not None:  # judged as the release it follows: say so, and from what
+        typer.echo(f"  judged as {note}")
     if report.model_from is not None:
         typer.echo(f"  config: {report.model_from}")
     if found.blockers:

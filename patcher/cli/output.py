@@ -125,6 +125,16 @@ def suggest(
     return " ".join(line)
 
 
+def release_note(target: Target) -> str | None:
+    """`SGLang 0.5.23, from …: 0.5.24.dev1+g…, a development version after 0.5.23`: the warning
+    for a release that was inferred, not read as such; None otherwise."""
+    from sglpatch.release import inferred
+
+    if not inferred(target.release_source):
+        return None
+    return f"SGLang {target.release}, from {target.release_source}"
+
+
 def say_found(target: Target) -> None:
     """Say which SGLang discovery chose when it saw several (one line, on stderr)."""
     if target.also_found:
