@@ -190,6 +190,7 @@ def doctor(report: api.DoctorReport) -> JSON:
         "opt_in": [_blocker(b) for b in found.opt_in],
         "tables": [_blocker(b) for b in found.tables],
         "not_for_this_model": list(found.elsewhere),
+        "not_judged_for_this_model": list(found.undecided),
         "quantization": found.quantization,
         "eagle3": {
             "required": list(found.required),
@@ -201,6 +202,7 @@ def doctor(report: api.DoctorReport) -> JSON:
         "suspects_not_judged": [_suspect(s) for s in found.unjudged],
         "suspects_harmless": found.harmless,
         "refusals": [_finding(f) for f in found.refusals],
+        # `file` ends with "/" for a folder that could not be listed
         "not_judged": [{"file": file, "why": why} for file, why in found.not_judged],
         "kernels": None if report.kernels is None else [k.to_json() for k in report.kernels],
         "kernels_from": str(report.kernels_from) if report.kernels_from else None,

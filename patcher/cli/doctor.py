@@ -173,13 +173,18 @@ def _print_diagnosis(report: api.DoctorReport, verbose: bool = False) -> None:
             + (" or quantizations" if found.quantization else "")
             + named
         )
+    if found.undecided:
+        count = len(found.undecided)
+        typer.echo(
+            f"\nNot judged for {found.asked} (its module could not be read): {count} pending "
+            f"patch{'es' * (count > 1)} that may concern it: {', '.join(found.undecided)}"
+        )
     _print_eagle3(found)
     _print_next(report)
     _print_suspects(found, verbose)
     _print_kernels(report, verbose)
     if found.not_judged:
-        count = len(found.not_judged)
-        typer.echo(f"\nNot judged (could not be read or parsed): {count} file{'s' * (count > 1)}")
+        typer.echo(f"\nNot judged (could not be read or parsed): {found.unread}")
         for file, why in found.not_judged:
             typer.echo(f"  {file}: {why}")
 

@@ -203,6 +203,9 @@ class Registered(NamedTuple):
     excluded: str | None  # why it is no EAGLE-3 target, if it is not
 
 
+MODELS = "sglang/srt/models/"  # the models folder, as doctor shows it
+
+
 def models_folder(source: Source) -> Path:
     return source.package_dir / "srt" / "models"
 
@@ -247,7 +250,9 @@ def _registry(source: Source) -> tuple[set[str], set[str]]:
     """Architectures SGLang calls non-generative, and the draft ones it rewrites to."""
     config = source.package_dir / "srt" / "configs" / "model_config.py"
     try:
-        tree = chunks.around(source.text(config), _REGISTRY_LINES) if config.is_file() else None
+        tree = (
+            chunks.around(source.text(config), _REGISTRY_LINES) if source.is_file(config) else None
+        )
     except TOO_DEEP:
         source.note(source.shown(config), TOO_DEEP_WHY)
         tree = None
@@ -274,7 +279,9 @@ def find_model(source: Source, wanted: str) -> tuple[list[Path], set[str] | None
     """The models modules to read for `--model`: a file stem, or an architecture name.
 
     Returns the modules and, for an architecture name, the class names to keep. Raises
-    UsageError with the closest stems and class names for a near miss.
+    UsageError with the closest stems and class names for a near miss. Where a models module or
+    the folder could not be read (noted), the name may be in it: no modules, and the name kept,
+    so that the model is not judged (a near miss cannot be told from it).
     """
     if not is_model_name(wanted):
         raise UsageError(
@@ -283,12 +290,12 @@ def find_model(source: Source, wanted: str) -> tuple[list[Path], set[str] | None
         )
     folder = models_folder(source)
     stem = folder / f"{wanted}.py"
-    if "/" not in wanted and stem.is_file():
+    if "/" not in wanted and source.is_file(stem):
         return [stem], None
     needle = wanted.encode()
     candidates = [
         path
-        for path in sorted(folder.glob("*.py"))
+        for path in source.python_files(folder)
         if needle in (data := source.read(path) or b"") and b"EntryClass" in data
     ]
     if candidates:
@@ -296,14 +303,10 @@ def find_model(source: Source, wanted: str) -> tuple[list[Path], set[str] | None
         hits = [r for r in registered(source, models, candidates) if r.name == wanted]
         if hits:
             return sorted({r.listed_in for r in hits}), {wanted}
-    unread = [name for name in source.not_judged if name.startswith("sglang/srt/models/")]
+    if any(name.startswith(MODELS) for name in source.not_judged):
+        return [], {wanted}
     raise UsageError(
         f"--model {wanted}: no models module or architecture of that name"
-        + (
-            f" ({len(unread)} models module(s) could not be read: {', '.join(unread)})"
-            if unread
-            else ""
-        )
         + _suggest(source, wanted)
         + _hub_hint(wanted)
     )
@@ -338,7 +341,7 @@ def shown_name(name: str) -> str:
 
 def _suggest(source: Source, wanted: str) -> str:
     folder = models_folder(source)
-    paths = sorted(folder.glob("*.py"))
+    paths = source.python_files(folder)
     names = {p.stem for p in paths}
     models = load_models(source, paths)
     names |= {r.name for r in registered(source, models, paths)}

@@ -60,7 +60,7 @@ def helpers_of(source: Source) -> dict[str, frozenset[int]]:
     """The helper table, with the target's own definitions overriding the known ones."""
     table = dict(KNOWN_HELPERS)
     utils = source.package_dir / "srt" / "utils" / "common.py"
-    if not utils.is_file():
+    if not source.is_file(utils):
         utils = source.package_dir / "srt" / "utils.py"
     text = source.text(utils)
     tree = None

@@ -62,7 +62,8 @@ class Diagnosis(NamedTuple):
     excluded: dict[str, str]  # registered classes that are no EAGLE-3 target -> why
     strict: bool
     asked: str | None = None  # what --model named
-    not_judged: tuple[tuple[str, str], ...] = ()  # (sglang/..., why) of files not read or parsed
+    # (sglang/..., why) of files not read or parsed, and of folders not listed (`sglang/.../`)
+    not_judged: tuple[tuple[str, str], ...] = ()
     opt_in: tuple[Blocker, ...] = ()  # with --model: pending patches reached only with a flag
     tables: tuple[Blocker, ...] = ()  # pending patches that only complete a table here
     elsewhere: tuple[str, ...] = ()  # with --model: pending patches about other models (ids)
@@ -72,6 +73,8 @@ class Diagnosis(NamedTuple):
     unjudged: tuple[Suspect, ...] = ()
     harmless: int = 0
     capabilities: tuple[str, ...] = judged.CAPABILITIES
+    # With --model whose module could not be read: pending patches that may concern it (ids).
+    undecided: tuple[str, ...] = ()
 
     @property
     def ready(self) -> bool:
@@ -86,6 +89,16 @@ class Diagnosis(NamedTuple):
         return "sglpatch apply --force" if untested else "sglpatch apply"
 
     @property
+    def unread(self) -> str:
+        """What is not judged, counted: "1 file", "1 folder and 3 files"."""
+        folders = sum(1 for shown, _ in self.not_judged if shown.endswith("/"))
+        files = len(self.not_judged) - folders
+        counted = [
+            f"{n} {noun}{'s' * (n != 1)}" for n, noun in ((folders, "folder"), (files, "file"))
+        ]
+        return " and ".join(c for c in counted if not c.startswith("0 ")) or "0 files"
+
+    @property
     def lacking(self) -> list[ModelReport]:
         return [m for m in self.models if m.missing]
 
@@ -96,7 +109,7 @@ class Diagnosis(NamedTuple):
             subject += f" + EAGLE-3 on {self.model.name if self.model else self.asked}"
         where = f"SGLang {self.release}" if self.release else "SGLang, release unknown"
         unjudged = len(self.not_judged)
-        files = "1 file" if unjudged == 1 else f"{unjudged} files"
+        files = self.unread
         if self.ready:
             answer = "ready"
         elif not self.blockers:

@@ -41,7 +41,7 @@ def requirements(source: Source) -> dict[str, tuple[str, ...]]:
         for line, method in _judged(source, path, _calls_in(text, _TARGET_CALL, _is_target_model)):
             found.setdefault(method, []).append(f"{source.shown(path)}:{line}")
     executor = source.package_dir / "srt" / "model_executor"
-    for path in sorted(executor.rglob("*.py")):
+    for path in source.python_files(executor, deep=True):
         text = source.text(path)
         if "eagle" not in text.lower():
             continue
@@ -96,7 +96,7 @@ def _calls_in(
 def _eagle_worker_files(source: Source) -> Iterator[tuple[Path, str]]:
     """The EAGLE worker modules, and the speculative-decoding modules they import."""
     speculative = source.package_dir / "srt" / "speculative"
-    workers = sorted(p for p in speculative.rglob("*.py") if "eagle" in p.name)
+    workers = [p for p in source.python_files(speculative, deep=True) if "eagle" in p.name]
     seen: set[Path] = set()
     for path in workers:
         text = source.text(path)

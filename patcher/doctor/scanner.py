@@ -160,7 +160,9 @@ class _GitGrep:
     tests, a keyword of `candidates` or a row's key, found by `git grep`: it looks for them all
     in one pass, where Python makes a pass per word. git is there already (the
     ledger needs it); when it cannot say (not installed, or failing), `files()` is None and
-    every file is tested here."""
+    every file is tested here. git skips a file or folder it cannot read with a warning and
+    exit 0: a word from it on stderr is a failure too, or those files would be taken for files
+    without hits."""
 
     def __init__(self, source: Source, workers: Pool | None = None) -> None:
         self.root = source.package_dir
@@ -179,7 +181,7 @@ class _GitGrep:
                 cwd=source.package_dir,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
                 env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull},
             )  # fmt: skip
         if self.process is not None:
@@ -190,9 +192,9 @@ class _GitGrep:
         regular files of the package already (the listing's), not looked up again."""
         if self.process is None:
             return None
-        output, _ = self.process.communicate()
+        output, complaint = self.process.communicate()
         self.workers.untrack(self.process)
-        if self.process.returncode not in (0, 1):  # 1: no file matched
+        if self.process.returncode not in (0, 1) or complaint:  # 1: no file matched
             return None
         found: dict[str, list[tuple[int, bytes]]] = {}
         try:
@@ -214,28 +216,43 @@ def _python_files(source: Source) -> Iterator[tuple[str, str, bool]]:
     sorted Paths, tests and benchmarks left out. Plain strings from os.scandir, entries sorted by
     name as they are met (which is that order): a Path per file costs more than the byte tests.
     The entry's type comes with the listing: telling them apart costs no call. A folder's
-    entries are taken up where they were left once its subfolder is done (pre-order)."""
-    folders = [_entries(str(source.package_dir), "sglang/")]
+    entries are taken up where they were left once its subfolder is done (pre-order). A folder
+    that cannot be listed is noted in the source, as not judged (git grep skips it too)."""
+    folders = [_entries(source, str(source.package_dir), "sglang/")]
     while folders:
         for entry, shown in folders[-1]:
-            if entry.is_dir(follow_symlinks=False):
+            try:
+                is_folder = entry.is_dir(follow_symlinks=False)
+            except OSError:  # no type in the listing, and no right to look: read whole
+                is_folder = False
+            if is_folder:
                 if entry.name not in _NOT_SERVED:
-                    folders.append(_entries(entry.path, f"{shown}{entry.name}/"))
+                    folders.append(_entries(source, entry.path, f"{shown}{entry.name}/"))
                     break
             elif entry.name.endswith(".py") and not entry.name.startswith("test_"):
-                unusual = entry.is_symlink() or not entry.is_file(follow_symlinks=False)
-                yield entry.path, shown + entry.name, unusual
+                yield entry.path, shown + entry.name, _unusual(entry)
         else:
             folders.pop()
 
 
-def _entries(folder: str, shown: str) -> Iterator[tuple[os.DirEntry[str], str]]:
+def _entries(source: Source, folder: str, shown: str) -> Iterator[tuple[os.DirEntry[str], str]]:
     try:
         with os.scandir(folder) as listing:
             entries = sorted(listing, key=lambda entry: entry.name)
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):  # gone since its folder was listed
+        return iter(())
+    except OSError as error:
+        source.note_folder(folder, error)
         return iter(())
     return ((entry, shown) for entry in entries)
+
+
+def _unusual(entry: os.DirEntry[str]) -> bool:
+    """A symlink or not a regular file: read and tested whole (`read_file` says what it is)."""
+    try:
+        return entry.is_symlink() or not entry.is_file(follow_symlinks=False)
+    except OSError:
+        return True
 
 
 # SGLang ships its tests and benchmarks: they gate what they test, not what a server runs.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import os
 import re
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -21,7 +22,8 @@ class Source:
 
     Every read goes through `read`: regular files only, never waiting, at most `FILE_LIMIT`
     bytes. A file that exists but cannot be read, or that doctor cannot parse, is noted in
-    `not_judged` (shown path -> why) and reported, never skipped in silence.
+    `not_judged` (shown path -> why) and reported, never skipped in silence; so is a folder
+    that exists but cannot be listed (shown with a trailing `/`): the files in it are unknown.
     """
 
     def __init__(self, package_dir: Path) -> None:
@@ -44,6 +46,45 @@ class Source:
 
     def note(self, shown: str, why: str) -> None:
         self.not_judged.setdefault(shown, why)
+
+    def note_folder(self, folder: str | Path, error: OSError) -> None:
+        """A folder that exists but cannot be listed (`os.scandir` raised `error`)."""
+        relative = Path(folder).relative_to(self.package_dir).as_posix()
+        shown = "sglang/" if relative == "." else f"sglang/{relative}/"
+        self.note(shown, unlisted(error))
+
+    def python_files(self, folder: Path, *, deep: bool = False) -> list[Path]:
+        """The `.py` files in `folder` (`deep`: and in its subfolders, links to folders not
+        followed, as `Path.rglob`), sorted. `Path.glob` skips a folder it cannot list in
+        silence; here it is noted (`note_folder`). A missing folder holds none."""
+        found: list[Path] = []
+        folders = [folder]
+        while folders:
+            current = folders.pop()
+            try:
+                with os.scandir(current) as listing:
+                    entries = list(listing)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError as error:
+                self.note_folder(current, error)
+                continue
+            for entry in entries:
+                try:
+                    is_folder = entry.is_dir(follow_symlinks=False)
+                except OSError:  # no type in the listing, and no right to look: read it
+                    is_folder = False
+                if is_folder and deep:
+                    folders.append(Path(entry.path))
+                elif not is_folder and entry.name.endswith(".py"):
+                    found.append(Path(entry.path))
+        return sorted(found)
+
+    @staticmethod
+    def is_file(path: Path) -> bool:
+        """`path.is_file()`, False where this user may not look into its folder (Python 3.11's
+        `Path.is_file` raises there): listing that folder notes it (`python_files`, the scan)."""
+        return os.path.isfile(path)  # noqa: PTH113 - it answers False, Path.is_file raises
 
     def module_file(self, dotted: str) -> Path | None:
         if dotted != "sglang" and not dotted.startswith("sglang."):
@@ -72,6 +113,11 @@ def read_file(path: str | Path) -> tuple[bytes | None, str | None]:
         return None, None
     except OSError as error:
         return None, f"cannot be read: {error.strerror or error}"
+
+
+def unlisted(error: OSError) -> str:
+    """Why a folder is not judged."""
+    return f"cannot be listed: {error.strerror or error} (the files in it are not judged)"
 
 
 # Parsing a statement nested too deeply, or an expression of thousands of terms, exhausts the

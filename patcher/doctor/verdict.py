@@ -7,9 +7,11 @@ missing EAGLE-3 methods. A pending patch whose effect on this release only compl
 blocks (the whole release), but one that edits a models module. With one, what each patch
 `concerns` decides: a blocker is a patch this model's start-up reaches with default flags; one
 that needs an opt-in flag is listed apart, one about other models (or, when the quantization is
-known, other quantizations) is counted. A quantization-specific patch blocks when the
-quantization is not known, with its condition ("if the checkpoint is fp8"): apply fixes it
-either way, and "ready" must hold for every checkpoint of the model. The scanner's findings are
+known, other quantizations) is counted; where the model's module could not be read, which
+patches concern it is unknown: those are listed as not judged for it, never as other models'.
+A quantization-specific patch blocks when the quantization is not known, with its condition ("if
+the checkpoint is fp8"): apply fixes it either way, and "ready" must hold for every checkpoint of
+the model. The scanner's findings are
 suspects: judged against the kernel-support table for each capability asked (`judged`); those
 that fail there (or lose a path that runs there) are listed, those the table does not know are
 listed apart, the harmless counted; blockers only under `strict`. A file doctor could not read or
@@ -81,7 +83,7 @@ def diagnose(
         ]
     chosen = reports[0] if model is not None and len(reports) == 1 else None
     suspects = tuple(s for s in every if s.verdict in judged.LISTED)
-    asked = _asked(package_dir, paths, read, quantization) if model is not None else None
+    asked = _asked(source, paths, read, quantization) if model is not None else None
     found = _sort(work, chosen, asked, release)
     blockers = found.blockers + _missing_methods(reports, model)
     if strict:
@@ -105,6 +107,7 @@ def diagnose(
         tuple(s for s in every if s.verdict == judged.NOT_JUDGED),
         sum(1 for s in every if s.verdict == judged.HARMLESS),
         tuple(capabilities),
+        tuple(found.undecided),
     )
 
 
@@ -209,13 +212,19 @@ def _judged(
     ]
 
 
-def _asked(
-    package_dir: Path, paths: Sequence[Path], read: _Read, quantization: str | None
-) -> _Asked:
+def _asked(source: Source, paths: Sequence[Path], read: _Read, quantization: str | None) -> _Asked:
     """The model --model chose, as the pending patches are sorted by it."""
-    files = {f"sglang/{p.relative_to(package_dir).as_posix()}" for p in paths}
+    files = {source.shown(p) for p in paths}
     names = {r.name for r in read.registered}
-    return _Asked(names, _modules_of(read.models, read.registered), files, quantization)
+    # Its modules not read, or no class of it found where a models module was not: its
+    # classes and imports are unknown.
+    unread = tuple(
+        shown
+        for shown in source.not_judged
+        if shown in files or (not names and shown.startswith(census.MODELS))
+    )
+    modules = _modules_of(read.models, read.registered)
+    return _Asked(names, modules, files, quantization, unread)
 
 
 def _suspect(
@@ -235,7 +244,7 @@ def _models_asked(source: Source, model: str | None) -> tuple[list[Path], set[st
     """The models modules to read, and the class names `--model` chose (None: every class)."""
     if model is not None:
         return census.find_model(source, model)
-    return sorted(census.models_folder(source).glob("*.py")), None
+    return source.python_files(census.models_folder(source)), None
 
 
 def _rescanner(
@@ -269,6 +278,7 @@ class _Asked(NamedTuple):
     modules: set[str]  # sglang.srt.models.x defining them, and the modules those import from
     files: set[str]  # sglang/srt/models/x.py read for it
     quantization: str | None  # the checkpoint's, when known
+    unread: tuple[str, ...] = ()  # what doctor could not read of it (sglang/...): not judged
 
 
 class _Sorted(NamedTuple):
@@ -276,6 +286,7 @@ class _Sorted(NamedTuple):
     opt_in: list[Blocker]
     tables: list[Blocker]
     elsewhere: list[str]
+    undecided: list[str]
 
 
 def _modules_of(models: census.Models, registered: Sequence[census.Registered]) -> set[str]:
@@ -310,8 +321,9 @@ def _sort(
     asked: _Asked | None,
     release: Version | None,
 ) -> _Sorted:
-    """The pending patches, each in one list: blockers, opt-in, table-only, other models'."""
-    found = _Sorted([], [], [], [])
+    """The pending patches, each in one list: blockers, opt-in, table-only, other models', and
+    those not judged for a model whose module could not be read."""
+    found = _Sorted([], [], [], [], [])
     for check in work:
         patch = check.patch
         if chosen is not None and chosen.fixed_by == patch.id:
@@ -327,10 +339,11 @@ def _sort(
             found.blockers.append(_as_pending(check, release, when=when))
             continue
         wanted = concerns.quantization
-        if not _concerned(check, asked) or (
-            wanted and asked.quantization is not None and asked.quantization not in wanted
-        ):
+        if wanted and asked.quantization is not None and asked.quantization not in wanted:
             found.elsewhere.append(patch.id)
+        elif not _concerned(check, asked):
+            unknown = asked.unread and concerns.runtime == "srt"  # it may concern the model
+            (found.undecided if unknown else found.elsewhere).append(patch.id)
         elif concerns.flag:
             found.opt_in.append(_as_pending(check, release, when=when))
         else:
