@@ -1,0 +1,196 @@
+"""doctor on a tree this user may not read whole (issue #31, point 6): a folder it cannot list
+or look into is listed as not judged and the answer is not "ready" (exit 5); `--model` whose
+module or folder cannot be read is not judged for that model (exit 5), never an internal error
+(exit 70) and never "for other models".
+
+Root reads everything whatever the mode bits say. Run as root, these tests run doctor as
+`nobody` (setpriv, the system's Python with this interpreter's packages) on a tree in /tmp that
+root owns; run as another user, they chmod the tree and run doctor as that user. Either way the
+kernel refuses the reads: nothing is monkeypatched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sglpatch import api
+from sglpatch.errors import ExitCode
+from tests.support import wheels
+
+pytestmark = pytest.mark.wheel
+
+NOBODY = 65534
+AS_ROOT = os.geteuid() == 0
+MODELS = "sglang/srt/models"
+MOE = "sglang/srt/layers/moe"
+KIMI = "sglang/srt/models/kimi_k25.py"
+KIMI_PATCH = "kimi-k25-eagle3-interface"
+# What the user running doctor may do in a folder: nothing, look up names it knows (x), or list
+# names it cannot look into (r). As root, doctor runs as nobody: the "other" bits; else the
+# owner's.
+MODES = {"none": (0o700, 0o000), "search only": (0o701, 0o100), "list only": (0o704, 0o400)}
+UNREADABLE_FILE = 0o600 if AS_ROOT else 0o000
+
+
+class Tree:
+    """The real release's patch targets and its `srt/layers/moe`, applied (doctor says ready),
+    in a folder of /tmp the user who runs doctor can reach."""
+
+    def __init__(self, release: str) -> None:
+        self.top = Path(tempfile.mkdtemp(prefix="sglpatch-unread-"))
+        self.top.chmod(0o755)
+        files = wheels.patch_targets(release) + wheels.members(release, f"{MOE}/")
+        self.site = wheels.site_packages(release, self.top / "site", files)
+        api.apply(self.site, None, self.top / "ledger")
+        self.home = self.top / "home"  # doctor's own (a crash log would go there)
+        self.home.mkdir()
+        if AS_ROOT:
+            os.chown(self.home, NOBODY, NOBODY)
+        self.changed: list[tuple[Path, int]] = []
+
+    def deny(self, name: str, mode: int) -> None:
+        path = self.site / name
+        self.changed.append((path, path.stat().st_mode))
+        path.chmod(mode)
+
+    def doctor(self, *args: str) -> subprocess.CompletedProcess[str]:
+        argv = ["doctor", "--target", str(self.site), *args]
+        env = {"PATH": os.environ["PATH"], "HOME": str(self.home), "NO_COLOR": "1"}
+        if not AS_ROOT:  # the kernel refuses this user itself
+            return subprocess.run(
+                [sys.executable, "-m", "sglpatch", *argv],
+                capture_output=True, text=True, check=False, env=env, timeout=300,
+            )  # fmt: skip
+        paths = [p for p in sys.path if p and Path(p).is_dir()]
+        code = (
+            "import os, site, sys\n"
+            "for p in os.environ['TEST_SITE'].split(os.pathsep): site.addsitedir(p)\n"
+            "from sglpatch.cli import main\n"
+            "sys.argv = ['sglpatch', *sys.argv[1:]]\n"
+            "main()\n"
+        )
+        return subprocess.run(
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+             "/usr/bin/python3", "-c", code, *argv],
+            capture_output=True, text=True, check=False, timeout=300,
+            env={**env, "TEST_SITE": os.pathsep.join(paths)},
+        )  # fmt: skip
+
+    def close(self) -> None:
+        for path, mode in reversed(self.changed):
+            path.chmod(mode)
+        shutil.rmtree(self.top, ignore_errors=True)
+
+
+@pytest.fixture
+def tree(request: pytest.FixtureRequest) -> Iterator[Tree]:
+    if AS_ROOT and (not shutil.which("setpriv") or not Path("/usr/bin/python3").exists()):
+        pytest.skip("run as root: needs setpriv and /usr/bin/python3 to run doctor as nobody")
+    made = Tree(request.param)  # a release each test names (indirect)
+    try:
+        if AS_ROOT:
+            probe = made.doctor("--help")
+            if probe.returncode != 0:
+                pytest.skip(f"nobody cannot run this interpreter's packages: {probe.stderr[-200:]}")
+        ready = made.doctor()
+        assert ready.returncode == 0 and ready.stdout.splitlines()[0].endswith(": ready"), ready
+        yield made
+    finally:
+        made.close()
+
+
+def not_judged(stdout: str) -> list[str]:
+    """What the 'Not judged' section lists."""
+    lines = stdout.split("\nNot judged (could not be read or parsed): ", 1)
+    return (
+        [line.split(": ")[0].strip() for line in lines[1].splitlines()[1:]]
+        if len(lines) > 1
+        else []
+    )
+
+
+def not_ready(done: subprocess.CompletedProcess[str]) -> str:
+    """doctor's answer is "cannot tell" (exit 5), with no traceback."""
+    assert done.returncode == ExitCode.GAPS, (done.returncode, done.stdout[-2000:], done.stderr)
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert "cannot tell:" in first and "(not judged)" in first, first
+    return first
+
+
+# (A models folder listed but not searchable was noted already: each of its modules is read.)
+@pytest.mark.parametrize(
+    ("tree", "folder", "mode"),
+    [
+        ("0.5.9", MODELS, "none"),
+        ("0.5.9", MODELS, "search only"),
+        ("0.5.9", MOE, "none"),
+        ("0.5.23", MOE, "search only"),
+        ("0.5.9", MOE, "list only"),
+        ("0.5.23", MOE, "list only"),
+    ],
+    indirect=["tree"],
+)
+def test_a_folder_doctor_cannot_read_is_not_judged(tree: Tree, folder: str, mode: str) -> None:
+    """It said "ready", exit 0: the files in the folder were skipped in silence (the listing
+    and git grep skipped the folder; a folder listed but not searchable, git grep skipped its
+    files with a warning, and doctor took them for files holding nothing)."""
+    tree.deny(folder, MODES[mode][0] if AS_ROOT else MODES[mode][1])
+    done = tree.doctor()
+    first = not_ready(done)
+    listed = not_judged(done.stdout)
+    if mode == "list only":  # its files are named, and none of them could be read
+        assert listed and all(name.startswith(f"{folder}/") for name in listed), listed
+        assert "files could not be read" in first or "1 file could not be read" in first, first
+    else:
+        assert listed == [f"{folder}/"], listed
+        assert "1 folder could not be read or parsed (not judged)" in first, first
+        assert f"  {folder}/: cannot be listed: Permission denied" in done.stdout
+    data = json.loads(tree.doctor("--json").stdout)
+    assert data["ready"] is False
+    assert [entry["file"] for entry in data["not_judged"]] == listed
+
+
+@pytest.mark.parametrize(
+    ("tree", "model"),
+    [("0.5.9", "kimi_k25"), ("0.5.23", "KimiK25ForConditionalGeneration")],
+    indirect=["tree"],
+)
+def test_a_model_in_a_folder_doctor_cannot_read_is_not_judged(tree: Tree, model: str) -> None:
+    """It was exit 70: `Path.is_file` raised PermissionError on the models module's name."""
+    tree.deny(MODELS, MODES["none"][0] if AS_ROOT else MODES["none"][1])
+    done = tree.doctor("--model", model)
+    not_ready(done)
+    assert f"EAGLE-3 on {model}: not judged ({MODELS}/ not read)" in done.stdout
+    assert not_judged(done.stdout) == [f"{MODELS}/"]
+    assert "for other models" not in done.stdout
+    json_done = tree.doctor("--model", model, "--json")
+    assert json_done.returncode == ExitCode.GAPS, json_done.stderr
+    data = json.loads(json_done.stdout)
+    assert data["ready"] is False and data["model"] is None
+    assert [entry["file"] for entry in data["not_judged"]] == [f"{MODELS}/"]
+
+
+@pytest.mark.parametrize("tree", ["0.5.9"], indirect=True)  # fixed upstream in 0.5.23
+def test_a_model_whose_module_cannot_be_read_is_not_judged_for_it(tree: Tree) -> None:
+    """Its patch (which cannot read the module either) was counted "for other models"."""
+    tree.deny(KIMI, UNREADABLE_FILE)
+    done = tree.doctor("--model", "kimi_k25")
+    not_ready(done)
+    assert not_judged(done.stdout) == [KIMI]
+    assert "for other models" not in done.stdout, done.stdout
+    assert "Not judged for kimi_k25 (its module could not be read): 1 pending patch" in done.stdout
+    assert f"EAGLE-3 on kimi_k25: not judged ({KIMI} not read)" in done.stdout
+    data = json.loads(tree.doctor("--model", "kimi_k25", "--json").stdout)
+    assert KIMI_PATCH not in data["not_for_this_model"]
+    assert data["not_judged_for_this_model"] == [KIMI_PATCH]
+    assert data["ready"] is False
