@@ -263,6 +263,34 @@ def test_a_fat_binary_without_code_is_not_judged_not_a_blocker(
     assert f"      libtorch_cuda.so: damaged fat binary: {reason}" in "\n".join(text)
 
 
+def test_a_kernel_folder_that_cannot_be_listed_is_not_judged(
+    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Path.rglob` skipped a folder it could not list in silence: the jit cache was judged by
+    the libraries it could list, and flashinfer-cubin counted no unreadable cubin. The denial is
+    monkeypatched at the OS boundary (`os.scandir`, which rglob calls too): root, which runs the
+    tests here, lists any folder whatever its mode."""
+    write(site / "flashinfer_jit_cache/jit/a/ok.so", lib(entry(SASS, 120, A)))
+    write(site / "flashinfer_jit_cache/jit/b/hidden.so", lib(entry(SASS, 90)))
+    cubin = build_elf([(".text", b"")], machine=190, flags=0x0600640A, osabi=0x41, abi_version=8)
+    write(site / "flashinfer_cubin/cubins/x/hidden.cubin", cubin)
+    denied = {str(site / "flashinfer_jit_cache/jit/b"), str(site / "flashinfer_cubin/cubins/x")}
+    real = os.scandir
+
+    def scandir(path: str | os.PathLike[str] = ".") -> object:
+        if os.fspath(path) in denied:
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    found = by_package(site, env_with(tmp_path))
+    cache = found["flashinfer-jit-cache"]
+    assert cache["runs_on"] == {"12.0": None, "12.1": None}, cache
+    assert cache["why"] == "flashinfer_jit_cache/jit/b/: cannot be listed: Permission denied"
+    assert found["flashinfer-cubin"]["unreadable"] == 1
+    assert found["flashinfer-cubin"]["archs"] == {"sm_100a": 1}
+
+
 def test_empty_environment_costs_nothing(tmp_path: Path) -> None:
     start = time.perf_counter()
     findings = inspect(tmp_path, environ={"PATH": ""})

@@ -6,6 +6,7 @@ package "not judged" with the reason (the caller adds a last guard for bugs).
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,6 +33,36 @@ def _library(path: Path) -> Counter[Code] | str:
     except elf.BadBinary as exc:
         return f"{path.name}: {exc}"
     return codes
+
+
+def _binaries(folder: Path, suffix: str) -> tuple[list[Path], list[str]]:
+    """The files under `folder` named `*suffix`, sorted, as `Path.rglob` finds them (links to
+    folders not followed); and why each subfolder that cannot be listed is not read, where
+    `rglob` skips it in silence."""
+    found: list[Path] = []
+    unlisted: list[str] = []
+    folders = [folder]
+    while folders:
+        current = folders.pop()
+        try:
+            with os.scandir(current) as listing:
+                entries = list(listing)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as error:
+            where = current.relative_to(folder.parent).as_posix()
+            unlisted.append(f"{where}/: cannot be listed: {error.strerror or error}")
+            continue
+        for entry in entries:
+            try:
+                is_folder = entry.is_dir(follow_symlinks=False)
+            except OSError:  # no type in the listing, no right to look: read as a file
+                is_folder = False
+            if is_folder:
+                folders.append(Path(entry.path))
+            elif entry.name.endswith(suffix):
+                found.append(Path(entry.path))
+    return sorted(found), unlisted
 
 
 def torch(sp: Path, dists: Distributions, caps: Caps) -> KernelFinding:
@@ -179,8 +210,8 @@ def flashinfer_cubin(sp: Path, dists: Distributions, caps: Caps) -> KernelFindin
     if not folder.is_dir():
         return not_judged("flashinfer-cubin", version, caps, _NOT_INSTALLED)
     codes: Counter[Code] = Counter()
-    bad: list[str] = []
-    for path in sorted(folder.rglob("*.cubin")):
+    paths, bad = _binaries(folder, ".cubin")  # a folder not listed counts as unreadable
+    for path in paths:
         try:
             codes[fatbin.cubin_code(path)] += 1
         except elf.BadBinary as exc:
@@ -212,7 +243,9 @@ def flashinfer_jit_cache(sp: Path, dists: Distributions, caps: Caps) -> KernelFi
     if not folder.is_dir():
         return None
     codes: Counter[Code] = Counter()
-    libs = sorted(folder.rglob("*.so"))
+    libs, unlisted = _binaries(folder, ".so")
+    if unlisted:  # what it lacks may be in there, as for a library that cannot be read
+        return not_judged("flashinfer-jit-cache", version, caps, unlisted[0])
     for lib in libs:
         got = _library(lib)
         if isinstance(got, str):
