@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -204,6 +204,13 @@ class Registered(NamedTuple):
 
 
 MODELS = "sglang/srt/models/"  # the models folder, as doctor shows it
+
+
+def unread(source: Source, files: Collection[str], found: bool) -> tuple[str, ...]:
+    """What doctor could not read of the model `--model` asked for: its modules (`files`,
+    sglang/...), or, when no class of it was `found`, any models module or folder: it may be
+    there. Its classes and imports, and so the patches that concern it, are then unknown."""
+    return tuple(s for s in source.not_judged if s in files or (not found and s.startswith(MODELS)))
 
 
 def models_folder(source: Source) -> Path:

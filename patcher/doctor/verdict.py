@@ -11,12 +11,12 @@ known, other quantizations) is counted; where the model's module could not be re
 patches concern it is unknown: those are listed as not judged for it, never as other models'.
 A quantization-specific patch blocks when the quantization is not known, with its condition ("if
 the checkpoint is fp8"): apply fixes it either way, and "ready" must hold for every checkpoint of
-the model. The scanner's findings are
-suspects: judged against the kernel-support table for each capability asked (`judged`); those
-that fail there (or lose a path that runs there) are listed, those the table does not know are
-listed apart, the harmless counted; blockers only under `strict`. A file doctor could not read or
-parse is not judged: listed, and the answer cannot be "ready" (what it holds is unknown). Ready
-means no blockers and every file judged.
+the model. The scanner's findings are suspects: judged against the kernel-support table for each
+capability asked (`judged`); those that fail there (or lose a path that runs there) are listed,
+those the table does not know are listed apart, the harmless counted; blockers only under
+`strict`. A file doctor could not read or parse, or a folder it could not list, is not judged:
+listed, and the answer cannot be "ready" (what it holds is unknown). Ready means no blockers and
+every file judged.
 """
 
 from __future__ import annotations
@@ -216,15 +216,8 @@ def _asked(source: Source, paths: Sequence[Path], read: _Read, quantization: str
     """The model --model chose, as the pending patches are sorted by it."""
     files = {source.shown(p) for p in paths}
     names = {r.name for r in read.registered}
-    # Its modules not read, or no class of it found where a models module was not: its
-    # classes and imports are unknown.
-    unread = tuple(
-        shown
-        for shown in source.not_judged
-        if shown in files or (not names and shown.startswith(census.MODELS))
-    )
-    modules = _modules_of(read.models, read.registered)
-    return _Asked(names, modules, files, quantization, unread)
+    unread = census.unread(source, files, bool(names))
+    return _Asked(names, _modules_of(read.models, read.registered), files, quantization, unread)
 
 
 def _suspect(
@@ -321,8 +314,7 @@ def _sort(
     asked: _Asked | None,
     release: Version | None,
 ) -> _Sorted:
-    """The pending patches, each in one list: blockers, opt-in, table-only, other models', and
-    those not judged for a model whose module could not be read."""
+    """The pending patches, in one list each: blockers, opt-in, tables, other models', undecided."""
     found = _Sorted([], [], [], [], [])
     for check in work:
         patch = check.patch
