@@ -68,7 +68,8 @@ class Tree:
         if not AS_ROOT:  # the kernel refuses this user itself
             return subprocess.run(
                 [sys.executable, "-m", "sglpatch", *argv],
-                capture_output=True, text=True, check=False, env=env, timeout=300,
+                capture_output=True, text=True, check=False, env={**os.environ, **env},
+                timeout=300,
             )  # fmt: skip
         paths = [p for p in sys.path if p and Path(p).is_dir()]
         code = (
