@@ -142,7 +142,12 @@ def _classify(folder: Path, given: Path) -> tuple[Path, Layout]:
 
 
 def _is_package(folder: Path) -> bool:
-    return (folder / "__init__.py").is_file() and (folder / "srt").is_dir()
+    try:
+        return (folder / "__init__.py").is_file() and (folder / "srt").is_dir()
+    except PermissionError as error:  # Python 3.11's Path.is_file raises where it may not look
+        if not os.path.isdir(folder):  # noqa: PTH112 - a folder above is closed: not the target
+            return False
+        raise TargetError(f"cannot look into it: {error.strerror}", str(folder)) from None
 
 
 class Found(NamedTuple):

@@ -195,3 +195,16 @@ def test_a_model_whose_module_cannot_be_read_is_not_judged_for_it(tree: Tree) ->
     assert KIMI_PATCH not in data["not_for_this_model"]
     assert data["not_judged_for_this_model"] == [KIMI_PATCH]
     assert data["ready"] is False
+
+
+@pytest.mark.parametrize("tree", ["0.5.9"], indirect=True)
+def test_a_package_folder_doctor_cannot_look_into_is_a_target_error(tree: Tree) -> None:
+    """It was exit 70: `Path.is_file` raised PermissionError on `sglang/__init__.py` while the
+    target was recognised. Nothing in it can be read: a one-line target error (exit 3)."""
+    tree.deny("sglang", MODES["none"][0] if AS_ROOT else MODES["none"][1])
+    done = tree.doctor()
+    assert done.returncode == ExitCode.TARGET, (done.returncode, done.stderr)
+    assert done.stdout == ""
+    assert done.stderr.strip() == (
+        f"sglpatch: error: {tree.site / 'sglang'}: cannot look into it: Permission denied"
+    )
