@@ -415,3 +415,27 @@ def test_bench_killed_while_it_fills_the_padded_tree_leaves_nothing(
     assert not folder.exists()
     assert list(scratch.iterdir()) == []
     assert err.splitlines() == [f"{BENCH_PROG}: interrupted by SIGTERM"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+def test_triage_writes_onto_a_device_and_never_replaces_it(
+    kept: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--out /dev/full` replaced the device with a regular file (a rename over it)."""
+    triage = _load_triage()
+    monkeypatch.setattr(triage, "collect", lambda first, last: [])
+    full = kept.parent / "full"
+    os.mknod(full, stat.S_IFCHR | 0o666, os.makedev(1, 7))  # Linux's /dev/full
+    assert triage.main(["--from", SEED, "--to", UPGRADE, "--out", str(full)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "No space left on device" in err[0], err
+    assert stat.S_ISCHR(full.lstat().st_mode) and full.lstat().st_rdev == os.makedev(1, 7)
+
+
+def test_triage_writes_through_a_symbolic_link(kept: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    triage = _load_triage()
+    monkeypatch.setattr(triage, "collect", lambda first, last: [])
+    link = kept.parent / "link.md"
+    link.symlink_to(kept)
+    assert triage.main(["--from", SEED, "--to", UPGRADE, "--out", str(link)]) == 0
+    assert link.is_symlink() and kept.read_text().startswith("# SM120 / SM121 changes upstream")
