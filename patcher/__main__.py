@@ -8,13 +8,14 @@ import sys
 def main() -> None:
     try:
         from sglpatch.cli import main as run
-    except KeyboardInterrupt:  # Ctrl-C while the CLI itself is still importing
+
+        run()
+    except KeyboardInterrupt:  # while the CLI itself imports, or as `run` ends
         from sglpatch.errors import ExitCode, forget_interrupt  # no typer, no libcst: quick
 
         sys.stderr.write("sglpatch: error: interrupted\n")
         forget_interrupt()
         sys.exit(ExitCode.INTERRUPTED)
-    run()
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from types import ModuleType
 
 from packaging.version import InvalidVersion, Version
 
-from sglpatch.errors import CatalogueError, raised
+from sglpatch.errors import CatalogueError, interrupted, raised
 from sglpatch.patch import RUNTIMES, ByRelease, Concerns, Effect, Patch, blame, path_problem
 
 __all__ = ["CatalogueError", "load", "patch_in", "validate"]
@@ -153,6 +153,8 @@ def _plugin_code(failure: str) -> Iterator[None]:
     except KeyboardInterrupt:
         raise
     except BaseException as error:
+        if interrupted(error):  # a Ctrl-C that Python turned into another error
+            raise KeyboardInterrupt from error
         raise _keeping_cause(f"{failure}: {raised(error)}") from error
 
 

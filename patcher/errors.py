@@ -101,6 +101,23 @@ class PatchCrashed(SglpatchError):
     exit_code = ExitCode.TARGET
 
 
+def interrupted(error: BaseException) -> bool:
+    """Whether `error` is a Ctrl-C, or was raised by one: a KeyboardInterrupt among its causes
+    and contexts. Python turns one that lands in a class's creation (libcst's, while it imports)
+    into a RuntimeError "Error calling __set_name__", which is no failure of that code."""
+    seen: set[int] = set()
+    waiting: list[BaseException | None] = [error]
+    while waiting:
+        found = waiting.pop()
+        if found is None or id(found) in seen:
+            continue
+        if isinstance(found, KeyboardInterrupt):
+            return True
+        seen.add(id(found))
+        waiting += [found.__cause__, found.__context__]
+    return False
+
+
 def raised(error: BaseException) -> str:
     """`KeyError: 'x'`, `SystemExit: 0`, or the bare type when the error says nothing."""
     said = text_of(error)

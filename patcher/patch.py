@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.errors import CatalogueError, PatchCrashed, raised, text_of
+from sglpatch.errors import CatalogueError, PatchCrashed, interrupted, raised, text_of
 from sglpatch.lazy import lazy_import
 
 if TYPE_CHECKING:
@@ -329,6 +329,8 @@ def blame(patch: Patch, expected: tuple[type[BaseException], ...] = ()) -> Itera
     except KeyboardInterrupt:
         raise
     except BaseException as error:
+        if interrupted(error):  # a Ctrl-C that Python turned into another error
+            raise KeyboardInterrupt from error
         if isinstance(error, expected) or patch.origin == "built-in":
             raise
         raise _crashed(patch, error) from error

@@ -14,7 +14,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from sglpatch.errors import ExitCode
+from sglpatch.errors import ExitCode, forget_interrupt
 
 try:  # typer 0.26 and later carry their own copy of click
     from typer._click import exceptions as click_errors
@@ -51,6 +51,11 @@ class Group(TyperGroup):
         except typer.Abort:
             _error("aborted")
             code = ExitCode.REFUSED
+        if code == ExitCode.INTERRUPTED:
+            # Said here, for every Ctrl-C: typer ends one that lands while it parses or tears a
+            # context down with a silent Exit(130), as the command's handler ends the rest.
+            _error("interrupted")
+            forget_interrupt()
         if standalone_mode:
             sys.exit(code)
         return code

@@ -8,11 +8,14 @@ colour and diffs in `output`, and the one error handler in `errors`.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import signal
 import sys
+from typing import NoReturn
 
 from sglpatch.cli import apply, catalogue, doctor, revert, status  # noqa: F401 - they register
 from sglpatch.cli.app import app, app_commands
-from sglpatch.cli.errors import say_error
+from sglpatch.cli.errors import keep_unraisable_interrupts, say_error
 from sglpatch.errors import ExitCode, forget_interrupt
 
 __all__ = ["app", "app_commands", "main"]
@@ -24,11 +27,30 @@ app.registered_commands.sort(
 )
 
 
-def main() -> None:
+def main() -> NoReturn:
+    """Run the command line as this process, which ends with the command's exit code."""
     atexit.register(doctor.freeze_if_ran)  # this process ends when the command does
+    kept = keep_unraisable_interrupts()
+    code: str | int | None = ExitCode.OK
     try:
-        app()
+        try:
+            app()
+        finally:
+            _ignore_ctrl_c()
     except KeyboardInterrupt:  # before or after a command's own handler (typer building it)
         say_error("interrupted")
-        forget_interrupt()
-        sys.exit(ExitCode.INTERRUPTED)
+        code = ExitCode.INTERRUPTED
+    except SystemExit as done:
+        code = done.code
+    if kept and code != ExitCode.INTERRUPTED:  # a Ctrl-C Python could only print: still one
+        say_error("interrupted")
+        code = ExitCode.INTERRUPTED
+    forget_interrupt()
+    sys.exit(code)
+
+
+def _ignore_ctrl_c() -> None:
+    """The command has answered: a Ctrl-C now would only spoil how the process ends (a
+    traceback from an atexit callback, death by SIGINT instead of the exit code)."""
+    with contextlib.suppress(ValueError):  # not the main thread: not this process's entry
+        signal.signal(signal.SIGINT, signal.SIG_IGN)

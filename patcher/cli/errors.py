@@ -20,6 +20,7 @@ from sglpatch.errors import (
     StdoutUnwritable,
     UsageError,
     forget_interrupt,
+    interrupted,
     raised,
 )
 
@@ -53,7 +54,7 @@ def handled(command: F) -> F:
         except typer.Exit:
             raise
         except BaseException as error:  # SystemExit too: no command ends by sys.exit
-            if _interrupted(error):  # e.g. Ctrl-C in the middle of importing libcst
+            if interrupted(error):  # e.g. Ctrl-C in the middle of importing libcst
                 exit_interrupted()
             if isinstance(error, BrokenPipeError) and _stdout_closed():
                 # `sglpatch ... | head`: the reader left; say nothing more
@@ -74,23 +75,34 @@ def handled(command: F) -> F:
 
 
 def exit_interrupted() -> NoReturn:
-    say_error("interrupted")
+    """End the command as interrupted: exit 130, whose one line `Group.main` prints."""
     forget_interrupt()
     raise typer.Exit(ExitCode.INTERRUPTED) from None
 
 
+def keep_unraisable_interrupts() -> list[bool]:
+    """From now on in this process, a Ctrl-C that Python can only report is kept, not shown.
+
+    A KeyboardInterrupt that lands in code whose errors Python cannot pass on (an at-fork
+    callback, a `__del__`, a weakref callback) is printed as "Exception ignored in ..." with its
+    traceback, and the command runs on as if no Ctrl-C had come. The list returned holds True
+    once that happened: the process then ends as interrupted all the same.
+    """
+    kept: list[bool] = []
+    shown = sys.unraisablehook
+
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            kept.append(True)
+        else:
+            shown(unraisable)
+
+    sys.unraisablehook = hook
+    return kept
+
+
 # Set by a command once its change is on disk: output that fails after that is no failure.
 changed: list[bool] = []
-
-
-def _interrupted(error: BaseException) -> bool:
-    """Whether `error` was raised while a KeyboardInterrupt was being handled."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, KeyboardInterrupt):
-            return True
-        seen = seen.__context__
-    return False
 
 
 def _stdout_closed() -> bool:

@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -114,7 +114,8 @@ class Pool:
         future = None
         if self.executor is not None:
             try:
-                future = self.executor.submit(fn, *args)
+                with _ctrl_c_held():  # the first task forks the workers
+                    future = self.executor.submit(fn, *args)
             except (RuntimeError, OSError):  # broken, or no process to spare: run here
                 future = None
         return Task(fn, args, future)
@@ -177,6 +178,24 @@ class Pool:
         raise SystemExit(128 + signum)  # not reached: the default action ends the process
 
 
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Hold a Ctrl-C back while workers may be forked; one that came meanwhile lands after.
+
+    Python runs its at-fork callbacks (logging's among them) where a KeyboardInterrupt can
+    only be printed, with a traceback, and forgotten; and a worker must not die of a Ctrl-C
+    (a terminal's reaches every process in its group) before its initializer ignores it.
+    """
+    if not hasattr(signal, "pthread_sigmask"):  # no fork there either
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def _kill(processes: list[Any]) -> None:
     for process in processes:
         with contextlib.suppress(OSError, ValueError):  # gone already, or closed
@@ -191,6 +210,8 @@ def _worker_started(parent: int) -> None:
     output (a plugin's print must not reach the user twice), and it dies with doctor however
     doctor ends (Linux; elsewhere the parent's handlers and `close` do it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
+    if hasattr(signal, "pthread_sigmask"):  # forked with it held back (`_ctrl_c_held`)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     for signum in _ENDING:
         signal.signal(signum, signal.SIG_DFL)
     if sys.platform.startswith("linux"):
