@@ -9,12 +9,13 @@ import pkgutil
 import re
 import sys
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, redirect_stdout
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
 from packaging.version import InvalidVersion, Version
 
+from sglpatch import plugin_stdout
 from sglpatch.errors import CatalogueError, interrupted, raised
 from sglpatch.patch import RUNTIMES, ByRelease, Concerns, Effect, Patch, blame, path_problem
 
@@ -148,7 +149,7 @@ def _plugin_code(failure: str) -> Iterator[None]:
     to stderr (stdout may have to be one JSON object), and whatever it raises but Ctrl-C,
     `SystemExit` too, is `failure`: a plugin never ends sglpatch."""
     try:
-        with redirect_stdout(sys.stderr):
+        with plugin_stdout.to_stderr():
             yield
     except KeyboardInterrupt:
         raise

@@ -28,6 +28,7 @@ from packaging.version import Version
 
 from sglpatch.errors import CatalogueError, PatchCrashed, interrupted, raised, text_of
 from sglpatch.lazy import lazy_import
+from sglpatch.plugin_stdout import to_stderr
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -324,7 +325,9 @@ def blame(patch: Patch, expected: tuple[type[BaseException], ...] = ()) -> Itera
         return
     _running.append(patch)
     try:
-        with redirect_stdout(sys.stderr):
+        # A plugin's writes to descriptor 1 too (built-in patches write nothing: no syscalls)
+        quiet = redirect_stdout(sys.stderr) if patch.origin == "built-in" else to_stderr()
+        with quiet:
             yield
     except KeyboardInterrupt:
         raise
