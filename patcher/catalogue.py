@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import pkgutil
 import re
 import sys
@@ -15,7 +14,7 @@ from types import ModuleType
 
 from packaging.version import InvalidVersion, Version
 
-from sglpatch import plugin_stdout
+from sglpatch import entry_points, plugin_stdout
 from sglpatch.errors import CatalogueError, interrupted, raised
 from sglpatch.patch import RUNTIMES, ByRelease, Concerns, Effect, Patch, blame, path_problem
 
@@ -81,40 +80,16 @@ def load(
     return sorted(patches, key=lambda p: p.id)
 
 
-def _any_plugin_declared() -> bool:
-    """Whether any distribution on sys.path names the group in its entry_points.txt.
-
-    importing importlib.metadata costs more than status itself (it pulls in email, csv, zipfile),
-    so it is loaded only when this quick look finds a candidate.
-    """
-    marker = f"[{ENTRY_POINTS}]"
-    for folder in sys.path:
-        try:
-            entries = list(os.scandir(folder or "."))
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.name.endswith((".dist-info", ".egg-info")):
-                try:
-                    text = Path(entry.path, "entry_points.txt").read_text(errors="replace")
-                except OSError:
-                    continue
-                if marker in text:
-                    return True
-    return False
-
-
 def plugin_modules() -> list[tuple[ModuleType, str]]:
     """Modules that installed packages declare in the `sglpatch.patches` entry-point group."""
-    if not _any_plugin_declared():
-        return []
-    from importlib.metadata import entry_points
-
     found = []
-    for point in entry_points(group=ENTRY_POINTS):
-        origin = f"plugin {point.dist.name}" if point.dist else f"plugin {point.name}"
+    for point in entry_points.declared(ENTRY_POINTS):
+        origin = f"plugin {point.distribution}"
+        module_name = point.module
         with _plugin_code(f"cannot load {origin} ({point.value})"):
-            module = importlib.import_module(point.module)
+            if module_name is None:
+                raise CatalogueError("it names no module")
+            module = importlib.import_module(module_name)
         found.append((module, origin))
     return found
 

@@ -279,8 +279,8 @@ def _python(code: str, env: dict[str, str] | None = None) -> str:
     ).stdout
 
 
-# libcst may be registered as a lazy module; its code has run only if its nodes are loaded.
-# importlib.metadata is loaded only when some installed package declares an sglpatch plugin.
+# libcst is imported on first use (sglpatch.lazy): its code has run only if its nodes are loaded.
+# importlib.metadata is never loaded: sglpatch.entry_points reads the entry points itself.
 HEAVY = ("libcst._nodes.module", "git", "importlib.metadata")
 
 

@@ -24,7 +24,7 @@ from tests.support.releases import SEED
 pytestmark = pytest.mark.wheel
 
 SIZES = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
-# libcst is registered as a lazy module at import; its code has run only if its nodes are loaded.
+# libcst is imported on first use (sglpatch.lazy): its code has run only if its nodes are loaded.
 LIBCST_RAN = "libcst._nodes.module"
 # What apply does on SEED, patch by patch, as `list --release` predicts it.
 APPLIES = [r.id for r in api.list_patches(SEED) if r.outlook == "applies"]
