@@ -288,8 +288,8 @@ def _isolated_pipx(prefix: Path) -> bool:
     """A venv that pipx made for sglpatch alone: what it imports is never the user's SGLang."""
     if not (prefix / "pipx_metadata.json").is_file():
         return False
-    try:
-        config = (prefix / "pyvenv.cfg").read_text(encoding="utf-8", errors="replace")
+    try:  # a few lines; a FIFO there is not waited on
+        config = read_regular(prefix / "pyvenv.cfg", 1 << 20).decode("utf-8", errors="replace")
     except OSError:
         return True
     return not re.search(r"^include-system-site-packages\s*=\s*true\s*$", config, re.I | re.M)

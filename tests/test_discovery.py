@@ -21,7 +21,7 @@ from sglpatch.cli import app
 from sglpatch.errors import ExitCode, TargetError
 from sglpatch.target import Layout, _isolated_pipx, find_target
 from tests.conftest import snapshot
-from tests.support import wheels
+from tests.support import fifos, wheels
 from tests.support.releases import SEED
 from tests.test_target import git, make_checkout
 
@@ -265,3 +265,12 @@ def test_an_isolated_pipx_environment_is_not_asked(
         find_target(None, None)
     (prefix / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = true\n")
     assert find_target(None, None).root == site_059  # it sees the system's packages
+
+
+def test_a_pipx_environment_whose_pyvenv_cfg_is_a_fifo_does_not_hang(tmp_path: Path) -> None:
+    """As one that cannot be read: isolated (what this Python imports is not asked)."""
+    prefix = tmp_path / "pipx" / "venvs" / "sglpatch"
+    prefix.mkdir(parents=True)
+    (prefix / "pipx_metadata.json").write_text("{}")
+    os.mkfifo(prefix / "pyvenv.cfg")
+    assert fifos.without_waiting(prefix / "pyvenv.cfg", lambda: _isolated_pipx(prefix))

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sglpatch.doctor.kernels import inspect, render
+from sglpatch.doctor.kernels import inspect, packages, render
 from sglpatch.doctor.kernels.packages import sgl_kernel_build
+from tests.support import fifos
 from tests.test_kernels_elf import PTX, SASS, build_elf, container, entry
 
 A = 0x11 | 0x100000  # an arch-specific entry's flags
@@ -372,3 +373,16 @@ def test_reading_imports_nothing_and_changes_nothing(site: Path, tmp_path: Path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == []
     assert snapshot(site) == before
+
+
+def test_a_fifo_swapped_in_after_the_check_is_not_waited_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """read_text checked with `is_file()`, then opened: a FIFO swapped in between (here: the
+    check answers as it did for the file before) was opened, and doctor waited for a writer."""
+    fifo = tmp_path / "METADATA"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(Path, "is_file", lambda self: True)
+    small = os.stat(os.devnull)  # noqa: PTH116 - Path.stat is the one replaced
+    monkeypatch.setattr(Path, "stat", lambda self, **kw: small)
+    assert fifos.without_waiting(fifo, lambda: packages.read_text(fifo)) is None

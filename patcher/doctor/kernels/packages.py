@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from sglpatch.reading import read_regular
+
 _MAX_TEXT = 4 << 20  # a METADATA, RECORD or loader larger than this is not one
 
 
@@ -17,11 +19,13 @@ def normalize(name: str) -> str:
 
 
 def read_text(path: Path) -> str | None:
-    """A small regular text file's contents, or None (missing, a directory, too large)."""
+    """A small regular text file's contents, or None (missing, not a regular file, too large).
+
+    Never opened before it is known to be a regular file, nor waited on if a FIFO is swapped
+    in after that (`read_regular`).
+    """
     try:
-        if not path.is_file() or path.stat().st_size > _MAX_TEXT:
-            return None
-        return path.read_text(encoding="utf-8", errors="replace")
+        return read_regular(path, _MAX_TEXT).decode("utf-8", errors="replace")
     except OSError:
         return None
 
