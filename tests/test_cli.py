@@ -16,7 +16,7 @@ from sglpatch import api
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
 from tests.conftest import snapshot
-from tests.support import wheels
+from tests.support import fifos, wheels
 from tests.support.releases import SEED, UPGRADE
 
 pytestmark = pytest.mark.wheel
@@ -416,3 +416,30 @@ def test_the_crash_log_goes_to_the_ledger_in_use(
     assert f"details in {tmp_path / 'mine' / 'sglpatch-crash.log'}" in err
     assert "kaboom" in (tmp_path / "mine" / "sglpatch-crash.log").read_text()
     assert not (ledger_dir / "sglpatch-crash.log").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_a_crash_log_that_is_no_file_is_not_written(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str
+) -> None:
+    """A FIFO there made the error's report wait for a reader; a symbolic link (the log falls
+    back to the shared TMPDIR) appended the traceback to the file it names."""
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(api, "status", boom)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "mine").mkdir()
+    log = tmp_path / "mine" / "sglpatch-crash.log"
+    victim = tmp_path / "victim"
+    victim.write_text("mine\n")
+    os.mkfifo(log) if kind == "fifo" else log.symlink_to(victim)
+    code, _, err = fifos.without_waiting(
+        log, lambda: run(runner, "status", "--ledger", str(tmp_path / "mine"))
+    )
+    assert code == ExitCode.BUG
+    assert f"details in {tmp_path / 'tmp' / 'sglpatch-crash.log'}" in err
+    assert "kaboom" in (tmp_path / "tmp" / "sglpatch-crash.log").read_text()
+    assert victim.read_text() == "mine\n"

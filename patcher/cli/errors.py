@@ -6,10 +6,11 @@ import errno
 import functools
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TextIO, TypeVar
 
 import typer
 
@@ -23,6 +24,7 @@ from sglpatch.errors import (
     interrupted,
     raised,
 )
+from sglpatch.reading import NotRegularFile
 
 F = TypeVar("F", bound=Callable[..., None])
 
@@ -236,12 +238,26 @@ def write_crash_log(ledger: Path | None, details: str | None = None) -> str:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             # argv holds undecodable bytes as lone surrogates, a traceback may too
-            with path.open("a", encoding="utf-8", errors="backslashreplace") as handle:
+            with _open_log(path) as handle:
                 handle.write(f"sglpatch {__version__}: {' '.join(sys.argv)}\n{text}\n")
             return str(path)
         except Exception:  # unwritable, not a folder, a path the system refuses: the next one
             continue
     return "nowhere: no writable folder"
+
+
+def _open_log(path: Path) -> TextIO:
+    """`path` opened to append, if it is a regular file (or none yet).
+
+    A FIFO there (the log falls back to the shared TMPDIR) would make the open wait for a
+    reader, and a symbolic link would append to whatever it names: both are refused.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
+    fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotRegularFile(errno.EINVAL, "not a regular file", str(path))
+    return open(fd, "a", encoding="utf-8", errors="backslashreplace")  # noqa: PTH123
 
 
 def _crash_log_folders(ledger: Path | None) -> list[Path]:
