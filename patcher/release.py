@@ -30,14 +30,17 @@ def read_release(package: Path, checkout: Path | None) -> tuple[Version | None, 
         package / "version.py"
     )
     found = _from_dist_info(package.parent, in_package[0] if in_package else None) or in_package
+    tag = _from_tag(checkout) if checkout is not None else (None, None)
     if found is not None and found[0].is_devrelease:
-        tag = _from_tag(checkout) if checkout is not None else (None, None)
         return _after(found, tag)
+    if found is not None and tag[0] is not None and tag[0] != found[0]:
+        # A version file left from an older install (the tree was pulled since), or a release
+        # bump committed before its tag: either way the newer names the source.
+        newer, older = (tag, found) if tag[0] > found[0] else (found, tag)
+        return newer[0], f"{newer[1]}; {older[1]} says {older[0]}{_DISAGREE}"
     if found is not None:
         return found
-    if checkout is not None:
-        return _from_tag(checkout)
-    return None, None
+    return tag
 
 
 def _after(dev: tuple[Version, str], tag: tuple[Version | None, str | None]) -> tuple[Version, str]:
@@ -53,7 +56,18 @@ def _after(dev: tuple[Version, str], tag: tuple[Version | None, str | None]) -> 
 
 
 def _release_before(version: Version) -> Version | None:
-    """What setuptools-scm's default scheme counted from: it adds one to the last number."""
+    """What setuptools-scm's default scheme counted from: one was added to the last part of the
+    tag's version (`0.5.23` -> `0.5.24.dev1`, `0.5.10.post1` -> `0.5.10.post2.dev1`, `0.5.24rc0`
+    -> `0.5.24rc1.dev1`); None where that part was 0 (the tag cannot be told)."""
+    base = version.base_version  # without .devN and +local
+    if version.post is not None:
+        before = version.post - 1
+        stem = base.rsplit(".post", 1)[0]
+        return Version(f"{stem}.post{before}") if before > 0 else None
+    if version.pre is not None:
+        letter, number = version.pre
+        stem = ".".join(str(n) for n in version.release)
+        return Version(f"{stem}{letter}{number - 1}") if number > 0 else None
     *head, last = version.release
     if last == 0:
         return None
@@ -63,11 +77,12 @@ def _release_before(version: Version) -> Version | None:
 def inferred(source: str | None) -> bool:
     """Whether a release was inferred (a dev version, commits past a tag), not read as such:
     the commands say so, as a warning, where they name the release."""
-    return source is not None and (_DEVELOPMENT in source or _PAST in source)
+    return source is not None and any(word in source for word in (_DEVELOPMENT, _PAST, _DISAGREE))
 
 
 _DEVELOPMENT = ", a development version"
 _PAST = " past the tag"
+_DISAGREE = " (they disagree: the newer is taken)"
 
 
 _NAME_RE = re.compile(r"^Name:\s*sglang\s*$", re.IGNORECASE | re.MULTILINE)
@@ -118,27 +133,26 @@ def _from_assignment(path: Path) -> tuple[Version, str] | None:
 
 def _from_tag(root: Path) -> tuple[Version | None, str | None]:
     """The newest release tag (`v0.5.9`) at or before the checkout's HEAD, as `git describe`
-    finds it; (None, None) when the repository cannot say, whatever is wrong with it.
+    finds it; (None, None) when the repository cannot say, whatever is wrong with it (no git on
+    PATH, no tag, a corrupt repository): never an error of the command.
 
     A HEAD past its tag is that release with commits on top (a fix, a local change): the
     patches for it are the tag's, and the source says how far past it is.
     """
-    import git  # heavy: only checkouts need it
+    import subprocess  # git itself, not gitpython: `status` pays a process, not an import
 
     try:
-        repo = git.Repo(root)
-    except Exception:  # see below
+        done = subprocess.run(
+            ["git", "-C", str(root), "describe", "--tags", "--long", "--match", "v[0-9]*", "HEAD"],
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
         return None, None
-    try:
-        described = str(repo.git.describe("--tags", "--long", "--match", "v[0-9]*", "HEAD"))
-    except Exception:
-        # No tag (a fresh clone with --no-tags, a fork) or a corrupt repository (a broken
-        # `.git/config`, refs or objects), whatever gitpython or its `git` process raise: the
-        # release cannot be read from the tag, never an error of the command.
-        return None, None
-    finally:
-        repo.close()  # its `git cat-file` processes
-    match = _DESCRIBED_RE.match(described.strip())
+    described = done.stdout.decode("utf-8", errors="replace").strip()
+    match = _DESCRIBED_RE.match(described) if done.returncode == 0 else None
     version = _version_or_none(match.group("tag").removeprefix("v")) if match else None
     if match is None or version is None:
         return None, None
@@ -146,7 +160,7 @@ def _from_tag(root: Path) -> tuple[Version | None, str | None]:
     if past == 0:
         return version, f"git tag {tag}"
     commits = f"{past} commit{'s' * (past > 1)}"
-    return version, f"git describe: {described.strip()}, {commits}{_PAST}"
+    return version, f"git describe: {described}, {commits}{_PAST}"
 
 
 # `git describe --long`: the tag, the commits since it, `g` and HEAD's abbreviated hash.

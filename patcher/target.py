@@ -15,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from sglpatch.errors import RefusedError, TargetError, UsageError
 from sglpatch.reading import read_regular
-from sglpatch.release import read_release
+from sglpatch.release import inferred, read_release
 
 
 class Layout(str, Enum):
@@ -87,6 +87,10 @@ def find_target(path: Path | None, requested: Version | None, *, required: bool 
         also = tuple(f"{o.package.parent} ({o.how})" for o in others)
     root, layout, environment = _locate(path)
     found, source = detect_release(root, layout)
+    if requested is not None and found is not None and requested != found and inferred(source):
+        # Only guessed (a development version, commits past a tag, files that disagree): the
+        # user's word for it wins, and the source keeps what the tree itself says.
+        found, source = requested, f"--release {requested}; the tree: {source}"
     if requested is not None and found is not None and requested != found:
         raise RefusedError(  # neutral: the option may be the deprecated --version
             f"SGLang {requested} was asked for, but the target's release is {found} "

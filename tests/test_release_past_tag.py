@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 from typer.testing import CliRunner
 
 from sglpatch.cli import app
@@ -128,3 +129,78 @@ def test_an_untested_release_is_one_short_line_and_doctor_says_force(
     assert code == ExitCode.GAPS
     assert out.splitlines()[0].endswith("fixed by `sglpatch apply --force`"), out.splitlines()[0]
     assert "Next: `sglpatch apply --force`" in out
+
+
+def test_a_dev_checkout_without_git_on_path_is_not_an_internal_error(
+    past_tag: Path, tmp_path: Path
+) -> None:
+    """A dev `_version.py` made every command import gitpython, which fails without git: status,
+    `status --check`, doctor and apply were exit 70 (the README: status works without git)."""
+    import os
+    import subprocess
+    import sys
+
+    (past_tag / "python" / "sglang" / "_version.py").write_text(
+        f"__version__ = version = {NEXT_DEV!r}\n"
+    )
+    bare = tmp_path / "no-git"
+    bare.mkdir()
+    env = {**os.environ, "PATH": str(bare)}
+    for argv in (["status"], ["status", "--check"], ["apply", "--dry-run"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "sglpatch", *argv, "--target", str(past_tag)],
+            capture_output=True, text=True, timeout=120, env=env, check=False,
+        )  # fmt: skip
+        assert done.returncode in (0, 1), (argv, done.stderr)
+        assert "internal error" not in done.stderr and "Traceback" not in done.stderr
+    status = subprocess.run(
+        [sys.executable, "-m", "sglpatch", "status", "--target", str(past_tag)],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )  # fmt: skip
+    assert f"release: {NEWEST} (from " in status.stdout, status.stdout
+
+
+@pytest.mark.parametrize(
+    ("dev", "follows"),
+    [
+        ("0.5.10.post2.dev1+gabc1234", "0.5.10.post1"),  # one past the tag v0.5.10.post1
+        ("0.5.24rc1.dev1", "0.5.24rc0"),
+        ("0.5.24.dev1", "0.5.23"),
+    ],
+)
+def test_a_dev_version_follows_the_tag_setuptools_scm_counted_from(dev: str, follows: str) -> None:
+    """`0.5.10.post2.dev1` was read as following 0.5.9 (the last number of the release, less
+    one): a 0.5.10.post1 tree got 0.5.9's patches, and an rc slipped past the untested check."""
+    from packaging.version import Version
+
+    from sglpatch.release import _release_before
+
+    assert _release_before(Version(dev)) == Version(follows)
+
+
+def test_a_stale_version_file_in_a_checkout_does_not_outvote_a_newer_tag(
+    runner: CliRunner, past_tag: Path
+) -> None:
+    """An untracked `_version.py` left from an install of an older release was believed over
+    `git describe`, with no warning: the checkout got the older release's patches."""
+    (past_tag / "python" / "sglang" / "_version.py").write_text("__version__ = version = '0.5.9'\n")
+    target = find_target(past_tag, None)
+    assert str(target.release) == NEWEST
+    assert target.release_source is not None and "_version.py says 0.5.9" in target.release_source
+    code, _, err = invoke(runner, "apply", "--dry-run", "--target", str(past_tag))
+    assert code == 0, err
+    assert f"sglpatch: warning: taken as SGLang {NEWEST}" in err
+
+
+def test_release_given_overrides_a_release_that_was_only_inferred(
+    runner: CliRunner, past_tag: Path
+) -> None:
+    """A guess could not be corrected: `--release` was refused as disagreeing with it. A
+    release read as such (a tag on HEAD, a dist-info) is still checked."""
+    (past_tag / "python" / "sglang" / "_version.py").write_text(
+        f"__version__ = version = {NEXT_DEV!r}\n"
+    )
+    target = find_target(past_tag, Version("0.5.22"))
+    assert str(target.release) == "0.5.22"
+    assert target.release_source is not None
+    assert target.release_source.startswith("--release 0.5.22; the tree: ")
