@@ -128,14 +128,54 @@ def test_export_refuses_a_fifo_nobody_reads_and_a_folder(
     assert stat.S_ISFIFO(out.lstat().st_mode) if make == "fifo" else out.is_dir()
 
 
-def test_write_output_keeps_a_file_it_does_not_own_in_place(tmp_path: Path) -> None:
-    """A file with another hard link is written in place (both names see the bytes), as `>`."""
-    first = tmp_path / "a"
-    first.write_bytes(b"old")
-    second = tmp_path / "b"
-    os.link(first, second)
-    fsio.write_output(second, b"new")
-    assert first.read_bytes() == b"new" and first.stat().st_ino == second.stat().st_ino
+def test_export_onto_a_hard_link_of_a_target_file_never_writes_the_target(
+    site_059: Path, tmp_path: Path
+) -> None:
+    """A file with another hard link was written in place, as `>` would: an output that was a
+    link to a target file replaced that file's bytes with the diff."""
+    target_file = site_059 / SIZES
+    before = target_file.read_bytes()
+    out = tmp_path / "out.diff"
+    os.link(target_file, out)
+    done = sglpatch("export", "--target", str(site_059), "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    assert target_file.read_bytes() == before
+    assert out.read_bytes().startswith(b"diff --git a/sglang/") and out.stat().st_nlink == 1
+
+
+def test_write_output_refuses_what_a_redirection_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only file of your own (`>` says "Permission denied"; root writes it, as `>` does),
+    and a file with other links in a folder no rename can happen in (writing would change the
+    other names)."""
+    read_only = tmp_path / "ro.patch"
+    read_only.write_bytes(b"old")
+    read_only.chmod(0o444)
+    if not ROOT:
+        with pytest.raises(PermissionError):
+            fsio.write_output(read_only, b"new")
+        assert read_only.read_bytes() == b"old"
+    linked = tmp_path / "a"
+    linked.write_bytes(b"old")
+    os.link(linked, tmp_path / "b")
+    real_access = os.access
+    monkeypatch.setattr(
+        fsio.os, "access", lambda p, mode: Path(p) != tmp_path and real_access(p, mode)
+    )
+    with pytest.raises(OSError, match="other hard links"):
+        fsio.write_output(linked, b"new")
+    assert (tmp_path / "b").read_bytes() == b"old"
+
+
+def test_a_new_output_file_takes_the_umask_as_a_redirection_does(tmp_path: Path) -> None:
+    """It was always 0644; `>` under umask 077 makes 0600."""
+    old = os.umask(0o077)
+    try:
+        fsio.write_output(tmp_path / "new.patch", b"x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "new.patch").stat().st_mode) == 0o600
 
 
 # --- a target file that is not a regular file ---------------------------------------------------

@@ -218,11 +218,11 @@ def replace_files(
     return staged
 
 
-def _stage(path: Path, data: bytes) -> Path:
+def _stage(path: Path, data: bytes, mode_if_new: int = 0o644) -> Path:
     """A fsynced copy of `data` beside `path`, with its mode and owner; raises OSError."""
     import tempfile  # it imports shutil, random...: only runs that write pay for them
 
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+    mode = path.stat().st_mode & 0o7777 if path.exists() else mode_if_new
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=STAGE_SUFFIX, dir=path.parent)
     temp = Path(name)
     try:
@@ -275,12 +275,14 @@ def write_atomic(path: Path, data: bytes) -> None:
 def write_output(path: Path, data: bytes) -> None:
     """Write `data` where the user pointed an output option, as a shell's `>` would, but whole.
 
-    A new file, or a regular file of the writer's own with no other hard link (a symbolic link is
-    followed to it), gets the bytes by one rename: a failure leaves the old file. Anything else a
-    redirection writes to is written in place, never renamed over: a device (`/dev/null`,
-    `/dev/stdout`), a FIFO that a process reads, a file someone else owns, that has other links
-    or whose folder is not writable.
-    A FIFO with no reader, a socket or a folder is refused. Raises OSError.
+    A new file, or a regular file of the writer's own (root: anyone's, keeping its owner), gets
+    the bytes by one rename: a failure leaves the old file, and another hard link to it keeps
+    the old bytes, so no other name is ever written through. A symbolic link is followed to its
+    file. A file `>` could not write (read-only) is refused as `>` refuses it. Anything else is
+    written in place, never renamed over: a device (`/dev/null`, `/dev/stdout`), a FIFO that a
+    process reads, someone else's file with no other link, or one in a folder that cannot be
+    written. A FIFO with no reader, a socket, a folder, and a file with other links that cannot
+    be renamed over are refused. Raises OSError.
     """
     try:
         info = path.stat()
@@ -289,13 +291,15 @@ def write_output(path: Path, data: bytes) -> None:
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
     real = Path(os.path.realpath(path))  # a link's target is what a redirection writes
+    regular = info is not None and stat.S_ISREG(info.st_mode)
+    if regular and not os.access(path, os.W_OK):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
     if info is None or (
-        stat.S_ISREG(info.st_mode)
-        and info.st_nlink == 1
-        and info.st_uid == os.geteuid()
-        and os.access(real.parent, os.W_OK | os.X_OK)  # else `>` still writes it, in place
+        regular
+        and os.geteuid() in (0, info.st_uid)  # a rename by root keeps the owner; others' not
+        and os.access(real.parent, os.W_OK | os.X_OK)
     ):
-        temp = _stage(real, data)
+        temp = _stage(real, data, mode_if_new=0o666 & ~_umask())
         try:
             temp.replace(real)
         except BaseException:
@@ -303,7 +307,10 @@ def write_output(path: Path, data: bytes) -> None:
             raise
         _fsync_dir(real.parent)
         return
-    regular = stat.S_ISREG(info.st_mode)
+    if regular and info.st_nlink > 1:
+        raise OSError(
+            errno.EMLINK, "it has other hard links, which a write would change", str(path)
+        )
     flags = os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_TRUNC if regular else 0)
     try:
         fd = os.open(path, flags)  # non-blocking: a FIFO with no reader fails at once
@@ -319,3 +326,9 @@ def write_output(path: Path, data: bytes) -> None:
             view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it; put back at once
+    os.umask(mask)
+    return mask

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 MOST_BYTES = 1 << 20  # nvcc 13.0's `--help` is 52 KB: a probe printing more is broken
 _CHUNK = 1 << 16
@@ -70,8 +70,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str], seconds: float) -> Ran:
 
 def _read(proc: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, str]:
     """Its output until it ends (then what it wrote before that), the deadline, or the cap."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
+    fd = _stdout(proc).fileno()
     os.set_blocking(fd, False)
     chunks: list[bytes] = []
     size = 0
@@ -136,8 +135,13 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     whoever still holds it."""
     with contextlib.suppress(OSError):
         os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.stdout is not None
-    proc.stdout.close()
+    _stdout(proc).close()
+
+
+def _stdout(proc: subprocess.Popen[bytes]) -> IO[bytes]:
+    if proc.stdout is None:  # started with stdout=PIPE: never
+        raise RuntimeError("a probe started without its output pipe")
+    return proc.stdout
 
 
 @contextlib.contextmanager
