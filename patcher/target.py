@@ -358,7 +358,7 @@ def _editable_package(site: Path) -> Path | None:
         except OSError:
             continue
         folders += [
-            Path(line.strip())
+            Path(os.path.abspath(site / line.strip()))  # noqa: PTH100 - as site.py, links kept
             for line in lines
             if line.strip() and not line.startswith(("#", "import ", "import\t"))
         ]

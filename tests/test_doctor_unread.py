@@ -208,3 +208,14 @@ def test_a_package_folder_doctor_cannot_look_into_is_a_target_error(tree: Tree) 
     assert done.stderr.strip() == (
         f"sglpatch: error: {tree.site / 'sglang'}: cannot look into it: Permission denied"
     )
+
+
+@pytest.mark.parametrize("tree", ["0.5.23"], indirect=True)
+def test_a_pycache_folder_it_cannot_list_is_not_a_reason_to_doubt(tree: Tree) -> None:
+    """A root-only `__pycache__` (root ran SGLang with umask 077) holds no source: it made a
+    ready tree "cannot tell" (exit 5)."""
+    for folder in ("sglang/srt/layers/__pycache__", "sglang/srt/models/__pycache__"):
+        (tree.site / folder).mkdir(exist_ok=True)
+        tree.deny(folder, MODES["none"][0 if AS_ROOT else 1])
+    done = tree.doctor()
+    assert done.returncode == 0 and done.stdout.splitlines()[0].endswith(": ready"), done.stdout

@@ -10,6 +10,7 @@ The checkout is the real newest release's, tagged; the environment is a folder s
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,36 @@ def test_a_plain_site_packages_folder_is_not_judged_for_requirements(
     elsewhere, so only an environment's site-packages is judged."""
     report = json.loads(invoke(runner, "doctor", "--json", "--target", str(site_059))[1])
     assert [b for b in report["blockers"] if b["source"] == ENVIRONMENT] == []
+
+
+def test_an_environment_with_only_python3_is_asked_through_it(
+    runner: CliRunner, checkout: Path, tmp_path: Path
+) -> None:
+    """Debian's /usr/local has `bin/python3` and no `bin/python`: only `bin/python` was asked,
+    so what that interpreter finds elsewhere was called "not installed", and the fix named an
+    interpreter that does not exist."""
+    site = environment(tmp_path / "env", checkout)
+    python3 = tmp_path / "env" / "bin" / "python3"
+    python3.parent.mkdir(parents=True, exist_ok=True)
+    python3.write_text(
+        "#!/bin/sh\n# stands for an interpreter that finds every name it is asked for\n"
+        'shift 2; for n in "$@"; do echo "$n"; done\n'
+    )
+    python3.chmod(0o755)
+    report = json.loads(invoke(runner, "doctor", "--json", "--target", str(site))[1])
+    assert [b for b in report["blockers"] if b["source"] == ENVIRONMENT] == []
+    python3.write_text("#!/bin/sh\nexit 0\n")  # finds nothing: the fix names python3
+    report = json.loads(invoke(runner, "doctor", "--json", "--target", str(site))[1])
+    (torch,) = [b for b in report["blockers"] if b["what"].startswith("torch ")]
+    assert f"{python3} -m pip install" in torch["note"]
+
+
+def test_a_relative_pth_line_is_relative_to_its_folder(
+    checkout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was taken relative to the current folder: the target depended on where one stood."""
+    site = tmp_path / "env" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "sglang.pth").write_text(f"{os.path.relpath(checkout / 'python', site)}\n")
+    monkeypatch.chdir(tmp_path)
+    assert find_target(site, None).root == checkout

@@ -120,7 +120,7 @@ def _missing_blocker(missing: requirements.Missing, target: Target) -> Blocker:
         why = f"SGLang {target.release} requires {missing.requirement} ({missing.source})"
     else:
         why = f"SGLang requires it ({missing.source})"
-    python = missing.prefix / "bin" / "python"
+    python = missing.python
     return Blocker(
         f"{missing.name} is not installed in the environment at {missing.prefix}: {why}",
         ENVIRONMENT,

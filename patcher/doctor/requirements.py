@@ -23,7 +23,8 @@ class Missing(NamedTuple):
     name: str
     requirement: str  # as SGLang's metadata writes it: `torch==2.9.1`
     source: str  # the METADATA it was read in, or why it is required without one
-    prefix: Path  # the environment's root: its interpreter installs the fix
+    prefix: Path  # the environment's root
+    python: Path  # its interpreter, which installs the fix
 
 
 def environment_prefix(site: Path) -> Path | None:
@@ -46,8 +47,23 @@ def missing(site: Path) -> list[Missing] | None:
     wanted = _required(site)
     dists = Distributions(site)
     absent = [w for w in wanted if dists.version(w[0]) is None]
-    found = _found_by_interpreter(prefix, [name for name, _, _ in absent])
-    return [Missing(n, r, s, prefix) for n, r, s in absent if normalize(n) not in found]
+    if not absent:
+        return []
+    python = interpreter(prefix, site.parent.name)
+    # Without one there is nothing to ask (and nothing to start SGLang with either).
+    found = _found_by_interpreter(python, [n for n, _, _ in absent]) if python else set()
+    python = python or prefix / "bin" / "python"
+    return [Missing(n, r, s, prefix, python) for n, r, s in absent if normalize(n) not in found]
+
+
+def interpreter(prefix: Path, version: str) -> Path | None:
+    """The environment's interpreter: `bin/python`, `bin/python3` or `bin/python3.X` (Debian's
+    /usr/local has only the last two)."""
+    for name in ("python", "python3", version):
+        candidate = prefix / "bin" / name
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 # Without SGLang's metadata (an editable install by a bare `.pth`), the one requirement known:
@@ -73,11 +89,8 @@ def _required(site: Path) -> list[tuple[str, str, str]]:
     return [_TORCH]
 
 
-def _found_by_interpreter(prefix: Path, names: list[str]) -> set[str]:
+def _found_by_interpreter(python: Path, names: list[str]) -> set[str]:
     """Which of `names` the environment's interpreter finds installed elsewhere (normalized)."""
-    python = prefix / "bin" / "python"
-    if not names or not python.exists():
-        return set()
     ask = (
         "import importlib.metadata as m, sys\n"
         "for n in sys.argv[1:]:\n"

@@ -256,7 +256,8 @@ def _unusual(entry: os.DirEntry[str]) -> bool:
 
 
 # SGLang ships its tests and benchmarks: they gate what they test, not what a server runs.
-_NOT_SERVED = ("test", "tests", "benchmark")
+# `__pycache__` holds no source (and may be a root-only 0700 folder left by a umask-077 run).
+_NOT_SERVED = ("test", "tests", "benchmark", "__pycache__")
 
 
 def scan_bytes(

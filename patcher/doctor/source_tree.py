@@ -75,7 +75,8 @@ class Source:
                 except OSError:  # no type in the listing, and no right to look: read it
                     is_folder = False
                 if is_folder and deep:
-                    folders.append(Path(entry.path))
+                    if entry.name != "__pycache__":  # no source in it, maybe not listable
+                        folders.append(Path(entry.path))
                 elif not is_folder and entry.name.endswith(".py"):
                     found.append(Path(entry.path))
         return sorted(found)
