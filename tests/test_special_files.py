@@ -290,3 +290,25 @@ def test_a_fifo_for_the_ledgers_committed_mark_is_not_waited_on(site_059: Path) 
     done = sglpatch("status", "--target", str(site_059))
     assert done.returncode == 0, done.stderr
     assert "12 applied" in done.stdout, done.stdout  # read from HEAD instead
+
+
+def test_stored_originals_behind_a_linked_folder_or_changed_are_ledger_damage(
+    site_059: Path, tmp_path: Path, ledger_dir: Path
+) -> None:
+    """A folder of the stored originals replaced by a link to an edited copy: export read it
+    through the link and wrote the edit into its diff, exit 0 (revert caught the digest)."""
+    assert api.apply(site_059, None).written
+    (stored,) = ledger_dir.glob(f"targets/*/files/original/{SIZES}")
+    folder = stored.parent
+    copy = tmp_path / "copy"
+    folder.rename(copy)
+    folder.symlink_to(copy)
+    (copy / stored.name).write_bytes((copy / stored.name).read_bytes() + b"# TAMPERED\n")
+    target = ("--target", str(site_059))
+    out = tmp_path / "x.patch"
+    for argv in (("export", "--output", str(out)), ("revert",)):
+        one_line(sglpatch(*argv, *target), ExitCode.LEDGER, "symbolic link")
+    folder.unlink()
+    copy.rename(folder)  # the folder back, its file still edited: the digest says so
+    one_line(sglpatch("export", "--output", str(out), *target), ExitCode.LEDGER, "is damaged")
+    assert not out.exists()

@@ -69,7 +69,7 @@ def export(
         for path, file in state.files.items():
             current = read_or_none(target.root / path)
             if current is not None and sha256(current) == file.patched:
-                pristine[path] = record.stored("original", path)
+                pristine[path] = record.stored("original", path, file.original)
     plan = engine.plan(target, patches, release, (), sources=pristine)
     text = "".join(diff.unified(c.path, c.before, c.after) for c in plan.changes)
     report = ExportReport(target, text, tuple(c.path for c in plan.changes), plan.outcomes, output)

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from sglpatch.api.common import commit_message, elsewhere_note, read_or_none, record_of
-from sglpatch.errors import LedgerError, RefusedError
+from sglpatch.errors import RefusedError
 from sglpatch.reports import RevertReport
-from sglpatch.store import Record, State, journal, sha256
+from sglpatch.store import Record, State, journal
 from sglpatch.target import Target, find_target
 
 
@@ -83,9 +83,7 @@ def _plan(record: Record, state: State, force: bool) -> _Plan:
         location = record.locate(path)
         digest = journal.current(location)
         now = read_or_none(location) if digest else None
-        original = record.stored("original", path)
-        if sha256(original) != file.original:
-            raise LedgerError(f"the recorded original of {path} is damaged", str(record.directory))
+        original = record.stored("original", path, file.original)
         if digest == file.original:
             plan.untouched.append(path)
             continue

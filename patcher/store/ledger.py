@@ -259,13 +259,14 @@ class Record:
             return path
         return _other_spelling(path)
 
-    def stored(self, kind: str, path: str) -> bytes:
-        """Bytes saved by an earlier commit: kind is original, patched or edited."""
+    def stored(self, kind: str, path: str, digest: str | None = None) -> bytes:
+        """Bytes saved by an earlier commit: kind is original, patched or edited. With `digest`
+        (the state's sha256 of them), bytes that no longer match are damage."""
+        folder = self.directory / "files" / kind
         for spelled in (path, _other_spelling(path)):
+            location = folder / confined(spelled)
             try:
-                return read_regular(
-                    self.directory / "files" / kind / confined(spelled), follow=False
-                )
+                data = read_regular(location, follow=False)
             except (FileNotFoundError, NotADirectoryError):
                 continue
             except OSError as error:  # a FIFO, a device or a link is damage, never waited on
@@ -273,6 +274,14 @@ class Record:
                 raise LedgerError(
                     f"the {kind} bytes of {path} are unreadable ({reason})", str(self.directory)
                 ) from None
+            if not location.resolve().is_relative_to(folder.resolve()):  # a linked folder
+                raise LedgerError(
+                    f"the {kind} bytes of {path} are reached through a symbolic link",
+                    str(self.directory),
+                )
+            if digest is not None and sha256(data) != digest:
+                raise LedgerError(f"the recorded {kind} of {path} is damaged", str(self.directory))
+            return data
         raise LedgerError(f"the {kind} bytes of {path} are missing", str(self.directory))
 
     @contextmanager
