@@ -164,3 +164,23 @@ def _processes_naming(text: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def test_a_pool_closed_without_waiting_leaves_no_thread_for_pythons_exit_hook(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a Ctrl-C, `close(wait=False)` left the thread that reaps the workers running: at
+    exit, Python's hook wrote to the wakeup pipe that thread was closing ("Exception ignored
+    ... Bad file descriptor" after "interrupted", 3 runs in 35)."""
+    monkeypatch.setattr(pool, "usable_cores", lambda: 2)
+    for finished in (True, False):
+        workers = pool.Pool()
+        assert workers.start(pool.SMALL * 10)
+        assert [t.result() for t in [workers.run(abs, -n) for n in range(8)]] == list(range(8))
+        executor = workers.executor
+        assert executor is not None
+        thread = executor._executor_manager_thread  # type: ignore[attr-defined]
+        if finished:
+            workers.finish()
+        workers.close(wait=False)
+        assert thread is not None and not thread.is_alive(), finished

@@ -34,6 +34,7 @@ T = TypeVar("T")
 SMALL = 200  # `.py` files: a tree with fewer is scanned here faster than a pool starts
 _MOST_WORKERS = 4  # doctor's work is under a second of CPU: more processes cost more than they save
 _ENDING = (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "SIGHUP") else (signal.SIGTERM,)
+_JOIN_S = 5.0  # how long a closing pool waits for the thread that reaps its killed workers
 
 
 def usable_cores() -> int:
@@ -152,6 +153,7 @@ class Pool:
                 thread.join()  # it reaps the workers
         elif executor is not None:
             processes = list(executor._processes.values())  # shutdown forgets them
+            thread = getattr(executor, "_executor_manager_thread", None)
             if wait:
                 executor.shutdown(wait=True)
             else:
@@ -159,6 +161,11 @@ class Pool:
         else:
             return
         _kill(processes)  # reaped already after a shutdown that waited; any left, here
+        if not wait and thread is not None:
+            # Its workers are dead, so it ends at once. Left running, it may close its wakeup
+            # pipe while Python's exit hook writes to it: "Exception ignored ... Bad file
+            # descriptor" after a Ctrl-C (CPython 3.11's concurrent.futures).
+            thread.join(timeout=_JOIN_S)
 
     def _end(self, signum: int, frame: object) -> None:
         """SIGTERM or SIGHUP: kill and reap the children, then die of the signal (the caller
