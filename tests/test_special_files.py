@@ -216,6 +216,10 @@ def test_a_special_file_at_a_target_is_refused_at_once(
     assert "sm120-symm-mem-sizes (not a regular file)" in check.stderr
     out = tmp_path / "x.patch"
     one_line(sglpatch("export", "--output", str(out), *target), ExitCode.TARGET, SIZES)
+    status = sglpatch("status", *target)  # it said "not applied" as of an ordinary file
+    assert status.returncode == 0, status.stderr
+    row = next(line for line in status.stdout.splitlines() if "sm120-symm-mem-sizes" in line)
+    assert row.split()[:2] == ["not", "applied"] and row.endswith("not a regular file"), row
     assert kinds(site_059) == before and not out.exists()
 
 

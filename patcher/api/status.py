@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -105,6 +106,8 @@ def _status_of(
             return PatchStatus(patch.id, "edited since applied", path)
     elif patch.id in state.patches:
         return PatchStatus(patch.id, "applied", path)
+    if _special(target.root / path):  # as `status --check` and apply see it: nothing to judge
+        return PatchStatus(patch.id, "not applied", path, "not a regular file")
     # Before another ledger's record of the file: a patch upstream fixed is never applied, even
     # where other patches changed its file.
     if patch.fixed_upstream(release):
@@ -221,3 +224,11 @@ def log(target_path: Path | None, ledger_dir: Path | None = None) -> LogReport:
     target = find_target(target_path, None, required=False)
     record = record_of(target, ledger_dir)
     return LogReport(target, record.directory, record.ledger.directory, record.repository.history())
+
+
+def _special(path: Path) -> bool:
+    """There, but not a regular file (a FIFO, a device): one `stat`, nothing opened."""
+    try:
+        return not stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
