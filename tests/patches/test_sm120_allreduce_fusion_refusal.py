@@ -39,7 +39,9 @@ pytestmark = pytest.mark.wheel
 PATCH = Sm120AllreduceFusionRefusal()
 FIXED = "0.5.8"
 AFFECTED = stand_ins.releases("0.5.3", "0.5.7")
-SHAPES = ["0.5.3", "0.5.5", "0.5.7"]  # global_server_args_dict; get_global_server_args(); + CP
+# The communicator's shapes: global_server_args_dict; SpeculativeAlgorithm.from_string(...);
+# get_global_server_args(); get_attn_tp_context().
+SHAPES = ["0.5.3", "0.5.3.post2", "0.5.5", "0.5.7"]
 COMMUNICATOR = "sglang/srt/layers/communicator.py"
 SERVER_ARGS = "sglang/srt/server_args.py"
 COMMON = "sglang/srt/utils/common.py"
@@ -87,7 +89,11 @@ def fuses(release: str, capability: tuple[int, int], asked: bool = True, tp_size
         "is_dp_attention_enabled": lambda: False,
         "get_attn_tp_context": lambda: types.SimpleNamespace(input_scattered=False),
         "get_global_server_args": lambda: args,
-        "global_server_args_dict": vars(args),  # 0.5.3 - 0.5.4.post1
+        "global_server_args_dict": vars(args),  # 0.5.3 - 0.5.3.post1
+        # 0.5.3.post2 - 0.5.4.post1 parse the algorithm; no speculative decoding here
+        "SpeculativeAlgorithm": types.SimpleNamespace(
+            from_string=lambda name: types.SimpleNamespace(is_eagle=lambda: False)
+        ),
     }
     if Version(release) >= Version(FIXED):  # 0.5.8 moved the decision into a module-level function
         names["apply_flashinfer_allreduce_fusion"] = stand_ins.load_function(
