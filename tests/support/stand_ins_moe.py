@@ -41,6 +41,7 @@ PREDICATES = (
     "is_blackwell_supported",
     "is_sm100_supported",
     "is_sm120_supported",
+    "is_sm121",
     "is_sm90_supported",
     "is_hopper_with_cuda_12_3",
 )

@@ -263,8 +263,14 @@ def _value_type(value: object) -> str:
     return "i32"
 
 
-def shared_memory(kernel: Any, call: Launch) -> Compiled:
-    """Compile `kernel` for sm_120 as `call` launches it; cached by (kernel source, launch)."""
+def shared_memory(kernel: Any, call: Launch, *, aligned: bool = False) -> Compiled:
+    """Compile `kernel` for sm_120 as `call` launches it; cached by (kernel source, launch).
+
+    `aligned`: its tensor arguments are 16-byte aligned, as Triton's launcher specializes them
+    for every torch allocation (`tt.divisibility = 16`). Without it the loads of a GEMM whose
+    pointers Triton cannot prove aligned are not software-pipelined, and `num_stages` buys no
+    shared memory: the figure would be one stage's, not the launch's.
+    """
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -284,16 +290,22 @@ def shared_memory(kernel: Any, call: Launch) -> Compiled:
             constexprs[param.name] = value
         else:
             signature[param.name] = _value_type(value)
+    attrs = {
+        (index,): [["tt.divisibility", 16]]
+        for index, param in enumerate(kernel.params)
+        if aligned and signature[param.name].startswith("*")
+    }
     key = (
         _source_key(kernel),
         tuple(signature.items()),
         tuple(constexprs.items()),
         *options.values(),
+        aligned,
     )
     if key not in _COMPILED:
         with _environment(TRITON_CACHE_DIR=str(_WORK / "cache"), TRITON_DEFAULT_FP_FUSION="1"):
             compiled = triton.compile(
-                ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+                ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs),
                 target=GPUTarget("cuda", 120, 32),
                 options=options,
             )
