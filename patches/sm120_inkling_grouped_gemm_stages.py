@@ -123,7 +123,10 @@ def _with_import(module: cst.Module) -> cst.Module:
     ]
     if not imports:
         raise AnchorMissing("the module has no top-level import to add is_sm120_supported after")
-    body.insert(imports[-1] + 1, cst_tools.statement(IMPORT, module))
+    line = cst_tools.statement(IMPORT, module)
+    if not isinstance(line, cst.SimpleStatementLine):
+        raise AnchorMissing("the import did not parse as a simple statement")
+    body.insert(imports[-1] + 1, line)
     return module.with_changes(body=body)
 
 

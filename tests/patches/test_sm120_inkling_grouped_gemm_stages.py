@@ -34,12 +34,13 @@ from tests.support import stand_ins_moe as stand_ins
 from tests.support import stand_ins_triton as triton_run
 from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
+from tests.support.releases import NEWEST
 
 pytestmark = pytest.mark.wheel
 
 PATCH = Sm120InklingGroupedGemmStages()
 FIRST, GATED = "0.5.16", "0.5.18"  # Inkling arrives; upstream's is_sm121() gate
-RELEASES = stand_ins.releases(FIRST, wheels.RELEASES[-1])
+RELEASES = stand_ins.releases(FIRST, NEWEST)
 LIMIT = triton_run.SM120_SHARED_MEMORY
 SMALL_M, LARGE_M = 16, 128  # select_grouped_gemm_block_m: <= 6144 routed tokens, else 128
 # Inkling-Small: hidden 4096, expert intermediate 2048 (gate+up: 4096 rows), 256 experts.
@@ -204,7 +205,7 @@ def test_capability_12_decodes_with_three_stages(release: str) -> None:
     matrix_effect(version, {path(version): patched(release)})
 
 
-@pytest.mark.parametrize("release", [FIRST, GATED, wheels.RELEASES[-1]])
+@pytest.mark.parametrize("release", [FIRST, GATED, NEWEST])
 @pytest.mark.parametrize("gemm", GEMMS)
 def test_the_small_m_kernel_fits_12_0_only_when_patched(release: str, gemm: str) -> None:
     """The release's own kernel, compiled for sm_120 at the config 12.0 gets."""
@@ -214,7 +215,7 @@ def test_the_small_m_kernel_fits_12_0_only_when_patched(release: str, gemm: str)
     assert after == 73728 <= LIMIT
 
 
-@pytest.mark.parametrize("release", [GATED, wheels.RELEASES[-1]])
+@pytest.mark.parametrize("release", [GATED, NEWEST])
 def test_12_0_gets_what_upstream_gives_12_1(release: str) -> None:
     """Upstream's own answer for the part with the same 101376 bytes: 0.5.18's is_sm121() branch."""
     upstream_12_1 = config(pristine(release), release, (12, 1))
@@ -230,7 +231,7 @@ def test_12_1_before_0_5_18_gets_0_5_18s_config() -> None:
     assert config(patched(FIRST), FIRST, (12, 1)) == config(pristine(GATED), GATED, (12, 1))
 
 
-@pytest.mark.parametrize("release", [FIRST, wheels.RELEASES[-1]])
+@pytest.mark.parametrize("release", [FIRST, NEWEST])
 def test_the_prefill_branch_fits_without_a_gate(release: str) -> None:
     """`BLOCK_SIZE_M=128` keeps its three stages on 12: 98304 bytes, as upstream's comment says."""
     assert shared(patched(release), release, (12, 0), block_m=LARGE_M) == 98304 <= LIMIT
