@@ -18,6 +18,13 @@ patch makes that change: 0.5.18 to 0.5.23 get `is_sm120_supported()` in place of
 `3 if is_sm120_supported() else 4`. Both add the import from `sglang.srt.utils.common`. Every
 other capability keeps four stages, and ROCm keeps them (the helper is false off CUDA).
 
+What it leaves: from 0.5.18 Inkling on capability 12 then takes 12.1's own path (Triton attention
+by default, upstream's GB10 shared-memory config). On 0.5.16 and 0.5.17 the activation between
+the two GEMMs is a helion kernel tuned ahead of time per architecture: the wheels ship configs for
+sm_90, sm_95 and sm_100 only, so 12.0 and 12.1 stop there next ("Helion kernel not tuned yet")
+unless `HELION_AOT_AUTOTUNE=create` tunes it on the GPU; 0.5.18 replaced it with plain Triton
+(PR #33903).
+
 Delete when: an SGLang release gates these stages on capability 12 as a whole (none has as of
 0.5.23); the patch then reports "already upstream", including through a helper function as in
 PR #37803.

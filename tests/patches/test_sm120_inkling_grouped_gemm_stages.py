@@ -243,4 +243,23 @@ def test_other_capabilities_keep_four_stages(capability: tuple[int, int]) -> Non
         assert config(patched(release), release, capability)[-1] == 4
 
 
+HELION = "sglang/srt/layers/moe/moe_runner/triton_utils"
+
+
+@pytest.mark.parametrize("release", [FIRST, "0.5.17"])
+def test_before_0_5_18_the_next_step_is_helions_missing_sm12x_config(release: str) -> None:
+    """What the patch does not fix on 0.5.16/0.5.17: the activation between the two grouped
+    GEMMs is a helion kernel whose AOT configs are read from `<name>_sm_<major><minor>.json`
+    (HELION_AOT_AUTOTUNE=none by default: a missing file raises "Helion kernel not tuned yet").
+    The wheels ship sm_90, sm_95 and sm_100 files only; 0.5.18 replaced helion with Triton."""
+    helper = wheels.member(release, f"{HELION}/helion_utils.py").decode()
+    assert 'gpu_arch = f"sm_{cc_major}{cc_minor}"' in helper
+    assert "Helion kernel not tuned yet" in helper
+    configs = [m for m in wheels.members(release, f"{HELION}/configs/") if "silu_and_mul" in m]
+    arches = {m.rsplit("_sm_", 1)[1].removesuffix(".json") for m in configs}
+    assert arches == {"90", "95", "100"}  # no 120, no 121
+    assert b"import helion" in pristine(release)
+    assert b"import helion" not in pristine(GATED)
+
+
 MATRIX = MatrixHooks(matrix_expected, matrix_effect, matrix_symptom)
