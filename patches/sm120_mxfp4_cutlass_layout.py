@@ -108,7 +108,8 @@ def _guards(runner: cst.FunctionDef) -> list[cst.If]:
 def _reads_layout(prepare: cst.FunctionDef) -> bool:
     """Whether the SM120 preparation reads the interleaving and the alpha from the config."""
     names = {a.attr.value for a in cst_tools.walk(prepare, cst.Attribute)}
-    names |= {s.evaluated_value for s in cst_tools.walk(prepare, cst.SimpleString)}  # getattr
+    strings = (s.evaluated_value for s in cst_tools.walk(prepare, cst.SimpleString))
+    names |= {s for s in strings if isinstance(s, str)}  # getattr(config, "...")
     return {"gate_up_interleaved", "gemm1_alpha"} <= names
 
 
