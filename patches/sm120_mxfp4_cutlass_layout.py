@@ -31,11 +31,17 @@ capability 12 with any other backend.
 
 Sources: sgl-project/sglang PR #32668 ("Enable GPT-OSS FlashInfer MXFP4 on SM120", the path and
 its GPT-OSS-only weight preparation, shipped in 0.5.17); PR #24816 (the SM90 CUTLASS sibling,
-which reads the layout from the runner config); the release trees 0.5.17-0.5.23
+which reads the layout from the runner config); PR #30272 (DeepSeek V4's SM120 MXFP4 experts, a
+separate method that loads `[up; gate]` itself); the release trees 0.5.17-0.5.23
 (`layers/quantization/mxfp4.py`, `layers/moe/moe_runner/flashinfer_cutlass.py`,
 `models/kimi_k3.py`, `layers/quantization/compressed_tensors/compressed_tensors.py`,
-`arg_groups/model_overrides/`); openai/gpt-oss's reference config (`swiglu_limit=7.0`). The
-workaround without sglpatch is to leave `--moe-runner-backend` on `auto` or pass `marlin`.
+`arg_groups/model_overrides/`); the kernel's activation, TensorRT-LLM's `SwigluBiasAdaptor`
+(cutlass_kernels), which FlashInfer's CUTLASS fused MoE runs for `ActivationType.Swiglu` with
+per-expert constants: `min(gate, limit) * sigmoid(alpha * min(gate, limit)) * (clamp(up, -limit,
+limit) + beta)`, GPT-OSS's `(up + 1)` at beta 1, and plain SiLU only at alpha 1, beta 0, no limit;
+openai/gpt-oss's reference config (`swiglu_limit=7.0`); flashinfer-ai/flashinfer issue #2847
+(the SM120 MXFP4 MoE kernels, measured on gpt-oss). No public issue reports the other layouts.
+The workaround without sglpatch is to leave `--moe-runner-backend` on `auto` or pass `marlin`.
 
 Delete when: a release reads the layout and the SwiGLU constants from the runner config in
 `_process_weights_for_sm120_cutlass` (none has as of 0.5.23; the patch then reports it upstream).
