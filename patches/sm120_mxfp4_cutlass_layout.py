@@ -19,7 +19,8 @@ Only an explicit `--moe-runner-backend flashinfer_mxfp4` gets another model ther
 Bailing V3 and MiMo V2 by theirs, but their FP8-with-MXFP4-experts checkpoints go to
 `Mxfp4FlashinferCutlassMoEMethod`, not here); Kimi K3's override picks it on SM100/103/107 only.
 So this patch keeps the path for the layout it was written for and refuses every other one in
-`create_moe_runner`, which runs when the layer is built, before any weight is read: `silu`,
+`create_moe_runner`, which runs when the layer is built, before any weight is read (from 0.5.18
+not under `--moe-a2a-backend megamoe`, whose DeepGEMM preparation comes first and returns): `silu`,
 gated, `gate_up_interleaved`, `gemm1_alpha == 1.702`, `gemm1_clamp_limit == 7.0` (GPT-OSS's
 `hidden_act`, its default `hidden_act_alpha` and its config's `swiglu_limit`) pass; anything
 else stops with one line naming `--moe-runner-backend marlin`. Marlin runs on capability 12 and
@@ -68,6 +69,10 @@ FILES = ByRelease({"<0.5.17": None, ">=0.5.17": "srt/layers/quantization/mxfp4.p
 CLASS = "Mxfp4MoEMethod"
 RUNNER = "create_moe_runner"
 PREPARE = "_process_weights_for_sm120_cutlass"
+INIT = "__init__"
+# From 0.5.18 `--moe-a2a-backend megamoe` prepares the experts for DeepGEMM before the SM120
+# branch of process_weights_after_loading, which it never reaches: no refusal there.
+MEGA = "use_mega_moe"
 KERNEL = "cutlass_sm120"
 BACKEND = "marlin"
 
@@ -75,7 +80,7 @@ BACKEND = "marlin"
 # states it for GPT-OSS (models/gpt_oss.py: activation=config.hidden_act, gemm1_alpha=
 # getattr(config, "hidden_act_alpha", 1.702), gemm1_clamp_limit=config.swiglu_limit).
 GUARD = """\
-if self._fi_kernel == "{kernel}" and not (
+if self._fi_kernel == "{kernel}"{mega} and not (
     {config}.activation == "silu"
     and {config}.is_gated
     and {config}.gate_up_interleaved
@@ -162,7 +167,7 @@ class Sm120Mxfp4CutlassLayout(Patch):
         quantization=("mxfp4", "compressed-tensors"),
         flag="--moe-runner-backend flashinfer_mxfp4",
     )
-    reads = (f"{CLASS}.{RUNNER}", f"{CLASS}.{PREPARE}")
+    reads = (f"{CLASS}.{INIT}", f"{CLASS}.{RUNNER}", f"{CLASS}.{PREPARE}")
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
         runner = _method(module, RUNNER)
@@ -175,7 +180,14 @@ class Sm120Mxfp4CutlassLayout(Patch):
         anchor = next((s for s in body if _stores_config(s, config)), None)
         if anchor is None:
             raise AnchorMissing(f"{RUNNER}() does not start by storing self.moe_runner_config")
-        text = GUARD.format(kernel=KERNEL, config=config, prepare=PREPARE, backend=BACKEND)
+        mega = (
+            f" and not self.{MEGA}"
+            if cst_tools.assigns_self_attribute(_method(module, INIT), MEGA)
+            else ""
+        )
+        text = GUARD.format(
+            kernel=KERNEL, mega=mega, config=config, prepare=PREPARE, backend=BACKEND
+        )
         guard = cst_tools.statement(text, module)
         new = cst_tools.with_statements_beside(runner, anchor, [guard], after=True)
         return cst_tools.replace(module, runner, new)

@@ -249,16 +249,21 @@ class Runner:
     config: Any
 
 
+@dataclass(frozen=True)
 class _A2A:
+    megamoe: bool = False
+
     def is_megamoe(self) -> bool:
-        return False
+        return self.megamoe
 
     def supports_aiter(self) -> bool:
         return False
 
 
 @cache
-def _method_class(source: bytes, release: str, capability: tuple[int, int], backend: str) -> type:
+def _method_class(
+    source: bytes, release: str, capability: tuple[int, int], backend: str, mega: bool = False
+) -> type:
     """`Mxfp4MoEMethod` holding the release's own `__init__`, `create_moe_runner` and
     `_process_weights_for_sm120_cutlass`, every module-level name they read bound here."""
     enum = _backend_enum(release)
@@ -275,7 +280,7 @@ def _method_class(source: bytes, release: str, capability: tuple[int, int], back
     names: dict[str, Any] = {
         **stand_ins.host_names(release, capability),
         "get_moe_runner_backend": lambda: enum(backend),
-        "get_moe_a2a_backend": lambda: _A2A(),
+        "get_moe_a2a_backend": lambda: _A2A(mega),
         "get_exec": lambda: types.SimpleNamespace(
             moe=types.SimpleNamespace(flashinfer_mxfp4_moe_precision="default")
         ),
@@ -319,9 +324,15 @@ class Built:
 
 
 def build(
-    source: bytes, release: str, capability: tuple[int, int], backend: str, layout: Layout
+    source: bytes,
+    release: str,
+    capability: tuple[int, int],
+    backend: str,
+    layout: Layout,
+    mega: bool = False,
 ) -> Built:
-    cls = _method_class(source, release, capability, backend)
+    """The layer's method built on a stand-in device (`mega`: `--moe-a2a-backend megamoe`)."""
+    cls = _method_class(source, release, capability, backend, mega)
     try:
         method = cls(prefix="model.layers.0.mlp.experts")
     except (NotImplementedError, RuntimeError) as error:  # e.g. flashinfer_mxfp4 on 8.9
@@ -336,7 +347,7 @@ def build(
     return Built(kernel, runner.backend.value if runner is not None else None, None)
 
 
-N = 32  # intermediate rows per half (already a multiple of nothing: no padding needed here)
+N = 32  # intermediate rows per half (the padded size is set to it: nothing to pad)
 K = 64  # hidden size (two E8M0 scales of 32 per row)
 
 
@@ -595,6 +606,49 @@ def test_the_sm120_runner_runs_swiglu_whatever_the_layer(release: str) -> None:
     activation = mxfp4[0]["activation_type"]
     assert "ActivationType.Swiglu" in activation and "runner_config" not in activation
     assert b"use_swiglu_step" not in wheels.member(release, MXFP4)
+
+
+def _prepared_before_sm120(source: bytes, attribute: str) -> bool:
+    """Whether process_weights_after_loading returns in a `... or self.<attribute>` branch
+    before it reaches the `_fi_kernel == "cutlass_sm120"` one."""
+    tree = syntax.tree(source)
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == CLASS]
+    (method,) = [
+        n
+        for n in cls.body
+        if isinstance(n, ast.FunctionDef) and n.name == "process_weights_after_loading"
+    ]
+    tests = [ast.unparse(s.test) if isinstance(s, ast.If) else "" for s in method.body]
+    sm120 = next(i for i, t in enumerate(tests) if "'cutlass_sm120'" in t)
+    taken = [
+        i
+        for i, (t, s) in enumerate(zip(tests, method.body, strict=True))
+        if f"self.{attribute}" in t
+        and f"not self.{attribute}" not in t
+        and isinstance(s, ast.If)
+        and isinstance(s.body[-1], ast.Return)
+    ]
+    return bool(taken) and taken[0] < sm120
+
+
+@pytest.mark.parametrize("capability", stand_ins.SM120, ids=str)
+@pytest.mark.parametrize("release", RELEASES)
+def test_megamoe_is_refused_only_where_it_reaches_the_sm120_preparation(
+    release: str, capability: tuple[int, int]
+) -> None:
+    """From 0.5.18 `--moe-a2a-backend megamoe` prepares the experts for DeepGEMM and returns
+    before the SM120 preparation: the patch leaves it as it was. 0.5.17 has no such branch
+    (its DeepGEMM one asks for the deep_gemm runner), so there the refusal stands."""
+    pristine = wheels.member(release, MXFP4)
+    skips = _prepared_before_sm120(pristine, "use_mega_moe")
+    assert skips == (Version(release) >= Version("0.5.18"))
+    for layout in LAYOUTS:
+        ours = build(patched(release), release, capability, "flashinfer_mxfp4", layout, True)
+        theirs = build(pristine, release, capability, "flashinfer_mxfp4", layout, True)
+        if skips or layout == GPT_OSS:
+            assert ours == theirs and ours.error is None, layout
+        else:
+            assert (ours.error or "").endswith(REFUSAL), layout
 
 
 MOE_MODELS = ["Qwen3MoeForCausalLM", "KimiK3ForConditionalGeneration", "MiniMaxM3ForCausalLM"]
