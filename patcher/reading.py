@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from pathlib import Path
 
 # More than any source file SGLang ships; a larger "source file" is not one.
 READ_LIMIT = 64 * 1024 * 1024
@@ -65,3 +66,36 @@ def read_regular(
 
 def _size(limit: int) -> str:
     return f"{limit >> 20} MB" if limit >= 1 << 20 else f"{limit} bytes"
+
+
+def files_under(
+    folder: Path, suffix: str, *, deep: bool = True, skip: frozenset[str] = frozenset()
+) -> tuple[list[Path], list[tuple[Path, OSError]]]:
+    """The files in `folder` named `*suffix` (`deep`: and in its subfolders but those named in
+    `skip`, links to folders not followed, as `Path.rglob`), sorted; and each folder that exists
+    but cannot be listed, with its error, where `Path.glob` and `rglob` pass it over in silence.
+    A missing folder holds none."""
+    found: list[Path] = []
+    unlisted: list[tuple[Path, OSError]] = []
+    folders = [folder]
+    while folders:
+        current = folders.pop()
+        try:
+            with os.scandir(current) as listing:
+                entries = list(listing)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as error:
+            unlisted.append((current, error))
+            continue
+        for entry in entries:
+            try:
+                is_folder = entry.is_dir(follow_symlinks=False)
+            except OSError:  # no type in the listing, and no right to look: read as a file
+                is_folder = False
+            if is_folder:
+                if deep and entry.name not in skip:
+                    folders.append(Path(entry.path))
+            elif entry.name.endswith(suffix):
+                found.append(Path(entry.path))
+    return sorted(found), unlisted

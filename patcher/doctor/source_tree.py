@@ -10,11 +10,14 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from sglpatch.reading import read_regular
+from sglpatch.reading import files_under, read_regular
 
 # No SGLang module comes near this (the largest, in 0.5.23, is 280 KB): a larger `.py` is not
 # read, and is listed as not judged.
 FILE_LIMIT = 4 << 20
+
+
+_NO_SOURCE = frozenset({"__pycache__"})
 
 
 class Source:
@@ -56,30 +59,12 @@ class Source:
     def python_files(self, folder: Path, *, deep: bool = False) -> list[Path]:
         """The `.py` files in `folder` (`deep`: and in its subfolders, links to folders not
         followed, as `Path.rglob`), sorted. `Path.glob` skips a folder it cannot list in
-        silence; here it is noted (`note_folder`). A missing folder holds none."""
-        found: list[Path] = []
-        folders = [folder]
-        while folders:
-            current = folders.pop()
-            try:
-                with os.scandir(current) as listing:
-                    entries = list(listing)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            except OSError as error:
-                self.note_folder(current, error)
-                continue
-            for entry in entries:
-                try:
-                    is_folder = entry.is_dir(follow_symlinks=False)
-                except OSError:  # no type in the listing, and no right to look: read it
-                    is_folder = False
-                if is_folder and deep:
-                    if entry.name != "__pycache__":  # no source in it, maybe not listable
-                        folders.append(Path(entry.path))
-                elif not is_folder and entry.name.endswith(".py"):
-                    found.append(Path(entry.path))
-        return sorted(found)
+        silence; here it is noted (`note_folder`). A missing folder holds none. `__pycache__`
+        holds no source (and may be a root-only folder): it is not looked into."""
+        found, unlisted = files_under(folder, ".py", deep=deep, skip=_NO_SOURCE)
+        for where, error in unlisted:
+            self.note_folder(where, error)
+        return found
 
     @staticmethod
     def is_file(path: Path) -> bool:

@@ -6,7 +6,6 @@ package "not judged" with the reason (the caller adds a last guard for bugs).
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from sglpatch.doctor.kernels.verdict import (
     judge_codes,
     not_judged,
 )
+from sglpatch.reading import files_under
 
 Caps = Sequence[str]
 _NOT_INSTALLED = "not installed in this environment"
@@ -36,33 +36,14 @@ def _library(path: Path) -> Counter[Code] | str:
 
 
 def _binaries(folder: Path, suffix: str) -> tuple[list[Path], list[str]]:
-    """The files under `folder` named `*suffix`, sorted, as `Path.rglob` finds them (links to
-    folders not followed); and why each subfolder that cannot be listed is not read, where
-    `rglob` skips it in silence."""
-    found: list[Path] = []
-    unlisted: list[str] = []
-    folders = [folder]
-    while folders:
-        current = folders.pop()
-        try:
-            with os.scandir(current) as listing:
-                entries = list(listing)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except OSError as error:
-            where = current.relative_to(folder.parent).as_posix()
-            unlisted.append(f"{where}/: cannot be listed: {error.strerror or error}")
-            continue
-        for entry in entries:
-            try:
-                is_folder = entry.is_dir(follow_symlinks=False)
-            except OSError:  # no type in the listing, no right to look: read as a file
-                is_folder = False
-            if is_folder:
-                folders.append(Path(entry.path))
-            elif entry.name.endswith(suffix):
-                found.append(Path(entry.path))
-    return sorted(found), unlisted
+    """The files under `folder` named `*suffix`, sorted; and why each subfolder that cannot be
+    listed is not read, where `Path.rglob` skips it in silence."""
+    found, unlisted = files_under(folder, suffix)
+    return found, [
+        f"{where.relative_to(folder.parent).as_posix()}/: cannot be listed: "
+        f"{error.strerror or error}"
+        for where, error in unlisted
+    ]
 
 
 def torch(sp: Path, dists: Distributions, caps: Caps) -> KernelFinding:
