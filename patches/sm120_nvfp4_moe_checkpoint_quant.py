@@ -29,6 +29,9 @@ Sources: the trace in the release trees (issue 19); flashinfer-ai/flashinfer PR 
 FP4 MoE has no SM120/SM121 cubins); sgl-project/sglang PR #35617 (open: the same SM120 branch
 for `modelopt_mixed`, chosen before weight preparation for the same reason). The workaround
 without sglpatch is `--quantization modelopt_fp4` or `--moe-runner-backend flashinfer_cutlass`.
+12.1 (GB10) is routed too, as upstream routes it when the flag is given: docs/nvfp4-moe-gb10.md
+weighs the GB10 reports of wrong output with this kernel (none isolates it) against the ones
+that run it there.
 
 Delete when: a release fixes it upstream (none has as of 0.5.23).
 """
