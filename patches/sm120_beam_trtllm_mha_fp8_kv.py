@@ -16,13 +16,16 @@ first prefill inside FlashInfer.
 This patch gives the override's SM120 term one more condition: capability 12 takes `trtllm_mha`
 only when the KV cache is not FP8 (neither asked for nor declared by the checkpoint in those two
 forms). With an FP8 KV cache the override leaves the backend unset, and 12 gets the release's own
-default for MHA models: FlashInfer (Triton without it), whose prefill and decode accept an FP8 KV
-cache with a 16-bit query on 12. A 16-bit KV cache keeps upstream's `trtllm_mha` on 12; 8.9, 9.0
-and 10.0 choose as before. The MiniMax-M3.1 NVFP4 override's `is_blackwell` branch (same
-release) also sends 12 to `trtllm_mha` with an FP8 KV cache, but the same branch also chooses MoE
-kernels 12 has no build of (MegaMoE with DeepGEMM, or FlashInfer TRT-LLM routed experts, which
-the release's NVFP4 expert method requires whenever `is_blackwell` holds), so narrowing the
-attention choice there alone does not make it run; this patch leaves it alone.
+default for MHA models: FlashInfer (Triton without it). FlashInfer is the release's own FP8 KV
+prefill path off SM100 (`kv_cache_hook.py` sends NVFP4 KV caches there to an FP8 E4M3 workspace
+prefilled by `flashinfer`); this project has not run it on a GPU. A 16-bit KV cache keeps
+upstream's `trtllm_mha` on 12; 8.9, 9.0 and 10.0 choose as before.
+
+Not here: the MiniMax-M3.1 NVFP4 override's `is_blackwell` branch (same release) also sends 12 to
+`trtllm_mha`, with a forced FP8 KV cache, but the same branch also chooses MoE kernels 12 has no
+build of (MegaMoE with DeepGEMM, or FlashInfer TRT-LLM routed experts, which the release's NVFP4
+expert method requires whenever `is_blackwell` holds), and its other branch gives fa3, so
+narrowing the attention choice there alone does not make it run; this patch leaves it alone.
 
 Sources: sgl-project/sglang PR #23112 ("Add fmha_v2 attention backend for SM90/120"; its review
 notes that FlashInfer 0.6.17 rejects E4M3 queries in FMHAv2 on SM120, flashinfer/prefill.py

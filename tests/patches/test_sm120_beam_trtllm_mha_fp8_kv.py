@@ -245,6 +245,22 @@ def test_the_backend_prefills_12_with_fmha_v2_and_an_fp8_query(release: str) -> 
         assert record is not None and "FP8" in record.needs
 
 
+@pytest.mark.parametrize("release", AFFECTED)
+def test_off_sm100_the_release_prefills_an_fp8_kv_cache_with_flashinfer(release: str) -> None:
+    """The release's own NVFP4 KV-cache path: off SM100 an FP8 E4M3 workspace, on flashinfer."""
+    source = wheels.member(release, "sglang/srt/arg_groups/kv_cache_hook.py")
+    table = stand_ins.find_statement(
+        source,
+        lambda n: (
+            isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "_NVFP4_PREFILL_BACKEND"
+        ),
+        "NVFP4 prefill table",
+    )
+    assert isinstance(table, ast.Assign)
+    assert ast.literal_eval(table.value)["fp8_e4m3"] == "flashinfer"
+    assert "'nvfp4' if get_platform().is_sm100 else 'fp8_e4m3'" in ast.unparse(syntax.tree(source))
+
+
 @pytest.mark.parametrize("flashinfer", [True, False])
 @pytest.mark.parametrize("kv_cache", sorted(FP8))
 @pytest.mark.parametrize("release", AFFECTED)
