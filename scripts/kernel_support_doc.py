@@ -11,9 +11,11 @@ then what it needs and where the fact comes from; the choices the table does not
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
+
+from generated_doc import cell  # beside this script
+from generated_doc import main as write_or_check
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "kernel-support.md"
@@ -57,7 +59,13 @@ def render() -> str:
                 ported = ", ".join(_span(span) for span in record.other_kernel_on)
                 other = f"on {ported} other kernels: {record.other_kernel}"
                 needs = f"{needs}; {other}" if needs else other
-            row = [kind, shown, *cells, _cell(needs), _cell(record.source)]
+            row = [
+                kind,
+                shown,
+                *cells,
+                cell(needs),
+                cell(record.source),
+            ]
             lines.append("| " + " | ".join(row) + " |")
     lines += [
         "",
@@ -70,31 +78,12 @@ def render() -> str:
     for (kind, name), reason in sorted(
         support.not_judged().items(), key=lambda item: (support.KINDS.index(item[0][0]), item[0][1])
     ):
-        lines.append(f"| {kind} | `{name}` | {_cell(reason)} |")
+        lines.append(f"| {kind} | `{name}` | {cell(reason)} |")
     return "\n".join(lines) + "\n"
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the document is stale")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        current = DOC.read_text(encoding="utf-8") if DOC.exists() else ""
-        if current != text:
-            print(
-                f"{DOC.relative_to(REPO)} is stale: run scripts/kernel_support_doc.py",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    DOC.write_text(text, encoding="utf-8")
-    print(f"wrote {DOC.relative_to(REPO)}")
-    return 0
+    return write_or_check(argv, __doc__.splitlines()[0], DOC, render, __file__)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,14 @@ gap, or open. tests/test_public_fixes.py checks the list against the catalogue.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 from collections import Counter
 from pathlib import Path
+
+from generated_doc import cell  # beside this script
+from generated_doc import main as write_or_check
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "docs" / "sm120-public-fixes.json"
@@ -88,31 +90,12 @@ def render() -> str:
     lines += ["| source | what | releases | status |", "|---|---|---|---|"]
     for row in rows:
         cells = [source_text(row["source"]), row["what"], f"`{row['releases']}`", status_text(row)]
-        lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+        lines.append("| " + " | ".join(cell(text) for text in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the document is stale")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        current = DOC.read_text(encoding="utf-8") if DOC.exists() else ""
-        if current != text:
-            print(
-                f"{DOC.relative_to(REPO)} is stale: run scripts/public_fixes_doc.py",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    DOC.write_text(text, encoding="utf-8")
-    print(f"wrote {DOC.relative_to(REPO)}")
-    return 0
+    return write_or_check(argv, __doc__.splitlines()[0], DOC, render, __file__)
 
 
 if __name__ == "__main__":
