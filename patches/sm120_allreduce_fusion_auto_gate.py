@@ -21,7 +21,9 @@ At TP 1 the fused op never builds the module (world size 1), so nothing fails.
 SGLang 0.5.8 (PR #16283, fixing issue #15650) narrowed the gate to `(is_sm90_supported() or
 is_sm100_supported())`. This patch makes the same change to the predicate in every auto-enable
 gate that asks `is_blackwell_supported()`: 12 no longer turns the fusion on, as in 0.5.8, and
-keeps the release's ordinary all-reduce (sgl-kernel's custom all-reduce, or NCCL); 8.9, 9.0 and
+keeps the release's ordinary all-reduce (sgl-kernel's custom all-reduce, or NCCL: not judged
+here whether the sgl-kernel these releases pin carries that kernel for sm_120 and sm_121; doctor's
+kernel check of the installed wheel answers it); 8.9, 9.0 and
 10.0 decide exactly as before (0.5.7's SM90 arm is kept; 0.5.4.post2 - 0.5.6.post2's GPT-OSS
 branch never had one, and 0.5.8's SM90 auto-enable is not backported there). A user who asks for
 the fusion with `--enable-flashinfer-allreduce-fusion` still gets it: that is the concern of

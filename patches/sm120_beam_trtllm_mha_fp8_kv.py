@@ -34,6 +34,10 @@ paged layouts SGLang uses have no sm120 e4m3 kernel) and issue #2555 (SM120 fmha
 triage hunk `6b1efa3cfd` (0.5.23 beam.py). The workaround without sglpatch is
 `--attention-backend flashinfer` (or triton).
 
+What is judged: the start-up choice, on the release's own override and check. Not judged: that
+FlashInfer's prefill with an FP8 KV cache runs on a 12.0 or 12.1 GPU; the release itself sends
+FP8-KV prefill off SM100 there (`kv_cache_hook.py`), and no GPU run backs it.
+
 Delete when: a release's Beam override checks the KV-cache dtype before giving 12 trtllm_mha, or
 FlashInfer ships FP8 fmha_v2 prefill kernels for SM120 and SGLang drops its refusal (none has as
 of 0.5.23).
