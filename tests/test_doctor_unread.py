@@ -3,10 +3,12 @@ or look into is listed as not judged and the answer is not "ready" (exit 5); `--
 module or folder cannot be read is not judged for that model (exit 5), never an internal error
 (exit 70) and never "for other models".
 
-Root reads everything whatever the mode bits say. Run as root, these tests run doctor as
-`nobody` (setpriv, the system's Python with this interpreter's packages) on a tree in /tmp that
-root owns; run as another user, they chmod the tree and run doctor as that user. Either way the
-kernel refuses the reads: nothing is monkeypatched.
+Root reads everything whatever the mode bits say. Run as root, these tests give the tree to
+`nobody` and run doctor as root without the capabilities that pass over mode bits (setpriv drops
+CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH), so the tree's "other" bits apply to it while this
+interpreter and its packages stay readable wherever they are (a clone in a 0700 folder too); run
+as another user, they chmod the tree and run doctor as that user. Either way the kernel refuses
+the reads: nothing is monkeypatched.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ MOE = "sglang/srt/layers/moe"
 KIMI = "sglang/srt/models/kimi_k25.py"
 KIMI_PATCH = "kimi-k25-eagle3-interface"
 # What the user running doctor may do in a folder: nothing, look up names it knows (x), or list
-# names it cannot look into (r). As root, doctor runs as nobody: the "other" bits; else the
-# owner's.
+# names it cannot look into (r). As root, the tree is nobody's and doctor runs without the
+# capabilities that pass over mode bits: the "other" bits; else the owner's.
 MODES = {"none": (0o700, 0o000), "search only": (0o701, 0o100), "list only": (0o704, 0o400)}
 UNREADABLE_FILE = 0o600 if AS_ROOT else 0o000
 
@@ -53,8 +55,9 @@ class Tree:
         api.apply(self.site, None, self.top / "ledger")
         self.home = self.top / "home"  # doctor's own (a crash log would go there)
         self.home.mkdir()
-        if AS_ROOT:
-            os.chown(self.home, NOBODY, NOBODY)
+        if AS_ROOT:  # the tree is another user's: its "other" bits are what root may do
+            for path in (self.site, *self.site.rglob("*")):
+                os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
         self.changed: list[tuple[Path, int]] = []
 
     def deny(self, name: str, mode: int) -> None:
@@ -63,28 +66,14 @@ class Tree:
         path.chmod(mode)
 
     def doctor(self, *args: str) -> subprocess.CompletedProcess[str]:
-        argv = ["doctor", "--target", str(self.site), *args]
-        env = {"PATH": os.environ["PATH"], "HOME": str(self.home), "NO_COLOR": "1"}
-        if not AS_ROOT:  # the kernel refuses this user itself
-            return subprocess.run(
-                [sys.executable, "-m", "sglpatch", *argv],
-                capture_output=True, text=True, check=False, env={**os.environ, **env},
-                timeout=300,
-            )  # fmt: skip
-        paths = [p for p in sys.path if p and Path(p).is_dir()]
-        code = (
-            "import os, site, sys\n"
-            "for p in os.environ['TEST_SITE'].split(os.pathsep): site.addsitedir(p)\n"
-            "from sglpatch.cli import main\n"
-            "sys.argv = ['sglpatch', *sys.argv[1:]]\n"
-            "main()\n"
-        )
+        argv = [sys.executable, "-m", "sglpatch", "doctor", "--target", str(self.site), *args]
+        env = {**os.environ, "HOME": str(self.home), "NO_COLOR": "1"}
+        if AS_ROOT:  # root, but bound by mode bits as any other user is
+            caps = "-dac_override,-dac_read_search"
+            argv = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}", *argv]
         return subprocess.run(
-            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-             "/usr/bin/python3", "-c", code, *argv],
-            capture_output=True, text=True, check=False, timeout=300,
-            env={**env, "TEST_SITE": os.pathsep.join(paths)},
-        )  # fmt: skip
+            argv, capture_output=True, text=True, check=False, env=env, timeout=300
+        )
 
     def close(self) -> None:
         for path, mode in reversed(self.changed):
@@ -94,14 +83,14 @@ class Tree:
 
 @pytest.fixture
 def tree(request: pytest.FixtureRequest) -> Iterator[Tree]:
-    if AS_ROOT and (not shutil.which("setpriv") or not Path("/usr/bin/python3").exists()):
-        pytest.skip("run as root: needs setpriv and /usr/bin/python3 to run doctor as nobody")
+    if AS_ROOT and not shutil.which("setpriv"):
+        pytest.skip("run as root: needs setpriv to run doctor bound by mode bits")
     made = Tree(request.param)  # a release each test names (indirect)
     try:
         if AS_ROOT:
             probe = made.doctor("--help")
             if probe.returncode != 0:
-                pytest.skip(f"nobody cannot run this interpreter's packages: {probe.stderr[-200:]}")
+                pytest.skip(f"setpriv cannot run doctor here: {probe.stderr[-200:]}")
         ready = made.doctor()
         assert ready.returncode == 0 and ready.stdout.splitlines()[0].endswith(": ready"), ready
         yield made
