@@ -26,6 +26,15 @@ only, from 0.5.14), so there the "auto" KV dtype of these models on 12 becomes b
 kernel shape still needs 151552-231680 B of shared memory: `sm120-dsa-tilelang-shape` makes it
 fit.
 
+This is the attention step alone: it does not make a DSA model run on 12. Before attention, the
+model's Lightning indexer scores the KV cache with DeepGEMM's `fp8_mqa_logits` /
+`get_paged_mqa_logits_metadata` / `fp8_paged_mqa_logits`, which have no capability-12 build
+("Unsupported architecture", sglang issue #26087). On 0.5.22+ `sm120-dsa-indexer-fallback` sends
+the indexer to the release's own torch path; 0.5.9 - 0.5.21 have no such path, and there a DSA
+model still fails on 12 with this patch applied. Not judged on 12: the rest of the indexer
+(TileLang's `act_quant`, the index-K cache store, the top-k kernels); none of it has been run on
+a capability-12 GPU.
+
 Before 0.5.9 (0.5.4.post2 - 0.5.8.post1) the choice is inline in
 `_handle_model_specific_adjustments` and overwrites a user's backends with an FP8 KV cache: not
 edited.
