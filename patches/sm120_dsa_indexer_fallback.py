@@ -19,26 +19,27 @@ reads it, and `resolve_num_sms`, `resolve_paged_mqa_logits_metadata_fn`,
 DSA backend the device's SM count, SGLang's own JIT schedule kernel (plain CUDA with CUB, built
 for the device it runs on) and two pure-torch logits functions (`_fp8_mqa_logits_torch`; the
 DSv4 indexer's `fp8_paged_mqa_logits_torch`) instead of DeepGEMM. Nothing sets it for DSA models
-(0.5.22's model hook sets it, with `SGLANG_OPT_USE_TILELANG_INDEXER`, for DeepSeek-V4 on 12.0
-only; that second variable is read by the DeepSeek-V4 indexer alone). The public GLM-5.3-Flash
-image for 4x RTX PRO 6000 (0xSero/glm-5.3-flash-sglang-sm120, Dockerfile) sets both by hand;
-sglang PR #29586 (open) proposes the same torch selection for GLM-5.2 on SM120.
+(0.5.22's model hook sets it, with `SGLANG_OPT_USE_TILELANG_INDEXER`, for DeepSeek-V4 on
+capability 12 only; that second variable is read by the DeepSeek-V4 indexer alone). The public
+GLM-5.3-Flash image for 4x RTX PRO 6000 (0xSero/glm-5.3-flash-sglang-sm120, Dockerfile) sets both
+by hand; sglang PR #29586 (open) proposes the same torch selection for GLM-5.2 on SM120.
 
 This patch makes `_use_torch_mqa_logits()` answer True on CUDA capability 12 (12.0 and 12.1; not
 ROCm, whose gfx1250 reports major 12 too) when the variable is not set, as 0.5.22's DeepSeek-V4
 hook does for its indexer: a user who sets it to 0 (a DeepGEMM build with SM120 MQA-logits
 kernels, DeepGEMM PR #324) keeps DeepGEMM. Other capabilities are untouched. The torch decode
-path takes one query row per sequence: capability 12 never builds the two-dimensional
-target-verify lengths (an SM100-only DeepGEMM form), so speculative decoding reaches it
-flattened, as on SM90.
+path takes one query row per sequence; by the release's code (not run), capability 12 never
+builds the two-dimensional target-verify lengths (`is_sm100` only), so speculative decoding
+reaches it flattened, as on SM90.
 
 0.5.9 - 0.5.21 have no path off DeepGEMM in the DSA indexer, and none is backported: 0.5.22's
 torch path is not small there. Its two logits functions (about 90 lines) would have to replace
 DeepGEMM at 14 - 17 call sites in two files per release (the indexer's prefill, chunked prefill,
-context-parallel prefill and decode calls, and the DSA backend's schedule precomputation), in at
-least five code shapes (nsa/ to 0.5.12, dsa/ from 0.5.13, the chunked decode of 0.5.20), and
-proving the backport equal to 0.5.22's path on its inputs means running FP8 tensors through both,
-which needs torch the tests do not have. On those releases a DSA model still fails on 12.
+context-parallel prefill and decode calls, and the DSA backend's schedule precomputation), in
+code that changes shape across them (nsa/ to 0.5.12, dsa/ from 0.5.13, a chunked decode from
+0.5.20), and proving the backport equal to 0.5.22's path on its inputs means running FP8 tensors
+through both, which needs torch the tests do not have. On those releases a DSA model still fails
+on 12.
 
 Not judged on 12 by this patch: the rest of the indexer's path (TileLang's `act_quant`, the
 index-K cache store, the top-k transform's kernels), and the opt-in DSA K-pool (`dsa_index_kpool`
