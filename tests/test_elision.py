@@ -369,3 +369,14 @@ def test_a_plugins_patch_in_the_catalogue_has_doctor_parse_every_file_whole() ->
     plugin.origin = "my-plugin"
     assert coverage._by_file([_Retarget(), plugin], RELEASE) == {}
     assert coverage._by_file([_Retarget()], RELEASE) == {"m.py": [ANY]}
+
+
+def test_settling_leaves_what_the_caller_froze_frozen() -> None:
+    """doctor settles its report out of the collector's way; `gc.unfreeze` would also hand back
+    everything the caller froze (this session's shared trees: seconds per later full pass)."""
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+    with collector.paused(settle=True):
+        kept = [[] for _ in range(1000)]
+    assert gc.get_freeze_count() >= frozen and kept
