@@ -1,17 +1,25 @@
 """TileLang's bf16 DSA kernel on capability 12: the patched dispatcher builds a shape that fits.
 
-The dispatcher (`tilelang_sparse_fwd`) is the release's own, run on stand-in tensors and a
-stand-in `torch.cuda` with recorders for the kernel factories. The shared memory of each shape is
-what TileLang allocates (`dyn_shared_memory_buf`) lowering the release's own kernel for sm_120 on
-a CPU machine (0.1.12; 0.1.8, the pin of 0.5.12 - 0.5.14, for the v2 kernel of 0.5.9 - 0.5.14,
-whose `T.gemm(..., wg_wait=-1)` 0.1.12 no longer takes); `test_the_shapes_lower_to_these_figures`
-re-measures it where that tilelang is installed.
+The dispatcher (`tilelang_sparse_fwd`) and the helper the patch adds are the release's own code,
+run on a stand-in `torch.cuda` and small pure-Python arrays, with stand-in kernel factories that
+record what they are asked to build and compute sparse attention in plain Python. Above 32 query
+heads capability 12 runs the kernel 32 heads at a time; the test proves the output equals the
+same computation over all heads at once (every head attends to the one shared KV on its own).
+
+The shared memory of each shape is what TileLang allocates (`dyn_shared_memory_buf`) lowering the
+release's own kernel for sm_120 on a CPU machine (0.1.12; 0.1.8, the pin of 0.5.12 - 0.5.14, for
+the v2 kernel of 0.5.9 - 0.5.14, whose `T.gemm(..., wg_wait=-1)` 0.1.12 no longer takes);
+`test_the_shapes_lower_to_these_figures` re-measures it where that tilelang is installed, and
+`test_a_launch_compiles_for_sm_120_without_spilling` compiles the launch capability 12 now makes
+with the CUDA compiler (nvidia-cuda-nvcc) for sm_120.
 """
 
 from __future__ import annotations
 
+import math
+import random
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any, NamedTuple
 
@@ -20,7 +28,14 @@ from packaging.version import Version
 
 from sglpatch import engine
 from sglpatch.patch import ByRelease
-from sglpatch.patches.sm120_dsa_tilelang_shape import SHAPE, TARGET, V1, Sm120DsaTilelangShape
+from sglpatch.patches.sm120_dsa_tilelang_shape import (
+    HEADS_PER_LAUNCH,
+    HELPER,
+    SHAPE,
+    TARGET,
+    V1,
+    Sm120DsaTilelangShape,
+)
 from sglpatch.results import Applied
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import wheels
@@ -32,7 +47,9 @@ FIRST = Version("0.5.9")
 V2 = "sparse_attention_fwd_kernel_v2"
 SMEM_12 = 101376
 SMALL = tuple(sorted(SHAPE.items()))
-# (kernel, shape, padded heads per block, RoPE tail) -> bytes, TileLang 0.1.12, sm_120, 0.5.22.
+# (kernel, shape, heads per launch, RoPE tail) -> bytes, TileLang 0.1.12, sm_120, 0.5.22. The
+# kernels pad the heads to a power of two of at least 16 and take them in blocks of 64 at most:
+# 128 heads need what 64 do, per block.
 LOWERED = {
     (V1, (), 16, 0): 151552,
     (V1, (), 32, 0): 169984,  # "Failed to set ... dynamic shared memory size to 169984"
@@ -43,9 +60,11 @@ LOWERED = {
     (V1, SMALL, 16, 0): 51200,
     (V1, SMALL, 32, 0): 68608,
     (V1, SMALL, 64, 0): 103424,
+    (V1, SMALL, 128, 0): 103424,
     (V1, SMALL, 16, 64): 57344,
     (V1, SMALL, 32, 64): 76800,
     (V1, SMALL, 64, 64): 115712,
+    (V1, SMALL, 128, 64): 115712,
 }
 # The same, TileLang 0.1.12, 0.5.15: v1 is one kernel from 0.5.4.post2 to 0.5.19 (0.5.20 lets it
 # drop the RoPE tail), v2 one from 0.5.15 to 0.5.23.
@@ -59,6 +78,7 @@ LOWERED_0_5_15 = {
     (V1, SMALL, 16, 64): 57344,
     (V1, SMALL, 32, 64): 76800,
     (V1, SMALL, 64, 64): 115712,
+    (V1, SMALL, 128, 64): 115712,
 }
 # The v2 of 0.5.9 - 0.5.14 and the v1 they share, TileLang 0.1.8 (the pin of 0.5.12 - 0.5.14;
 # 0.5.9 - 0.5.11 pin none), 0.5.12.
@@ -70,6 +90,7 @@ LOWERED_0_5_12 = {
     (V1, SMALL, 32, 64): 76800,
     (V1, SMALL, 64, 64): 115712,
 }
+Figures = dict[tuple[str, tuple[tuple[str, int], ...], int, int], int]
 
 
 class Lowering(NamedTuple):
@@ -77,7 +98,7 @@ class Lowering(NamedTuple):
 
     release: str
     tilelang: str
-    figures: dict[tuple[str, tuple[tuple[str, int], ...], int, int], int]
+    figures: Figures
 
 
 LOWERINGS = (
@@ -91,13 +112,18 @@ FIGURES = ByRelease(
 )
 
 
-def _figures(release: Version) -> dict[tuple[str, tuple[tuple[str, int], ...], int, int], int]:
+def _figures(release: Version) -> Figures:
     figures = FIGURES.get(release)
     assert figures is not None
     return figures
 
 
-HEADS = [8, 16, 32]  # per attention rank: what the reduced shape fits (64 does not yet)
+# Query heads per attention rank: GLM-5.3-Flash (64 heads) at TP 8, 4, 2, 1; DeepSeek-V3.2 and
+# GLM-5 (128) at TP 8, 4, 2, 1; and one that is no multiple of 32.
+HEADS = [8, 16, 32, 48, 64, 128]
+# The runs use a small latent (4 + a 2-wide RoPE tail) so that plain Python stays fast; the
+# figures are for the models' 512 + 64. A tail_dim of 0 is GLM-5.3-Flash's (0.5.20+: v1).
+D_V, TAIL = 4, 2
 
 
 def _path(release: str) -> str:
@@ -116,47 +142,142 @@ def _patched(release: str) -> bytes:
     return change.after
 
 
-class _Tensor:
-    def __init__(self, *shape: int) -> None:
-        self.shape = shape
-        self.dtype = "bfloat16"
-        self.device = "cuda:0"
+class _Array:
+    """A bfloat16 CUDA tensor as far as the dispatcher and the helper use one: nested lists."""
+
+    dtype = "bfloat16"
+    device = "cuda:0"
+
+    def __init__(self, data: list[Any]) -> None:
+        self.data = data
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        shape, level = [], self.data
+        while isinstance(level, list):
+            shape.append(len(level))
+            level = level[0]
+        return tuple(shape)
 
     def dim(self) -> int:
         return len(self.shape)
 
-    def unsqueeze(self, _: int) -> _Tensor:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Array) and self.data == other.data
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def unsqueeze(self, axis: int) -> _Array:
+        assert axis == 0
+        return _Array([self.data])
+
+    def contiguous(self) -> _Array:
         return self
 
+    def __getitem__(self, key: tuple[slice, ...]) -> _Array:
+        def take(data: list[Any], key: Sequence[slice]) -> list[Any]:
+            return [take(d, key[1:]) if key[1:] else d for d in data[key[0]]]
 
-def build(source: bytes, capability: tuple[int, int], heads: int, tail: int) -> tuple[Any, ...]:
-    """(kernel, shape) the release's `tilelang_sparse_fwd` builds for bf16 q/kv on `capability`."""
-    built: list[tuple[Any, ...]] = []
+        return _Array(take(self.data, key))
 
-    def recorder(name: str) -> Any:
-        def factory(*args: Any, **kwargs: Any) -> Any:
+
+def _cat(arrays: Sequence[_Array], dim: int) -> _Array:
+    """`torch.cat` of `_Array`s."""
+
+    def join(parts: Sequence[list[Any]], dim: int) -> list[Any]:
+        if dim == 0:
+            return [row for part in parts for row in part]
+        return [join(rows, dim - 1) for rows in zip(*parts, strict=True)]
+
+    return _Array(join([a.data for a in arrays], dim))
+
+
+def _sparse_attention(heads: int, sm_scale: float) -> Any:
+    """What the TileLang kernels compute, in plain Python: for each token and head, softmax of
+    q . kv over the token's selected KV rows (index -1: none), times their first D_V columns."""
+
+    def kernel(q: _Array, kv: _Array, indices: _Array) -> _Array:
+        batch, tokens, width, dim = q.shape
+        rows, group = kv.shape[1:3]
+        assert batch == 1 and group == 1 and width == heads and kv.shape[3] == dim
+        out = []
+        for t in range(tokens):
+            chosen = [kv.data[0][i][0] for i in indices.data[0][t][0] if 0 <= i < rows]
+            per_head = []
+            for h in range(heads):
+                query = q.data[0][t][h]
+                scores = [
+                    sm_scale * sum(a * b for a, b in zip(query, k, strict=True)) for k in chosen
+                ]
+                top = max(scores)
+                weights = [math.exp(s - top) for s in scores]
+                total = sum(weights)
+                per_head.append(
+                    [
+                        sum(w * k[d] for w, k in zip(weights, chosen, strict=True)) / total
+                        for d in range(D_V)
+                    ]
+                )
+            out.append(per_head)
+        return _Array([out])
+
+    return kernel
+
+
+class Run(NamedTuple):
+    """What the release's `tilelang_sparse_fwd` built and returned for one input."""
+
+    builds: list[tuple[str, tuple[tuple[str, int], ...], int]]  # (kernel, shape, heads)
+    out: _Array
+
+
+@cache
+def _inputs(heads: int, tail: int) -> tuple[_Array, _Array, _Array]:
+    """q (2 tokens), kv (16 rows), indices (2048 per token, 3 chosen, the rest -1)."""
+    rng = random.Random(heads * 100 + tail)
+    dim = D_V + tail
+    q = [[[rng.uniform(-1, 1) for _ in range(dim)] for _ in range(heads)] for _ in range(2)]
+    kv = [[[rng.uniform(-1, 1) for _ in range(dim)]] for _ in range(16)]
+    indices = [[rng.sample(range(16), 3) + [-1] * 2045] for _ in range(2)]
+    return _Array(q), _Array(kv), _Array(indices)
+
+
+def run(source: bytes, capability: tuple[int, int], heads: int, tail: int) -> Run:
+    """The release's `tilelang_sparse_fwd` (with the helper the patch adds, where it has one)
+    on bf16 q/kv on `capability`."""
+    builds: list[tuple[str, tuple[tuple[str, int], ...], int]] = []
+
+    def factory(name: str) -> Any:
+        def build(num_heads: int, d_v: int, tail_dim: int, topk: int, **kwargs: Any) -> Any:
+            assert (d_v, tail_dim, topk) == (D_V, tail, 2048)
             shape = tuple(sorted((k, v) for k, v in kwargs.items() if k != "sm_scale"))
-            built.append((name, shape))
-            return lambda *a, **k: None
+            builds.append((name, shape, num_heads))
+            return _sparse_attention(num_heads, kwargs["sm_scale"])
 
-        return factory
+        return build
 
     torch = stand_ins.stand_in_torch(capability)
     torch.float8_e4m3fn, torch.float8_e4m3fnuz = "float8_e4m3fn", "float8_e4m3fnuz"  # type: ignore[attr-defined]
-    names = {
+    torch.cat = _cat  # type: ignore[attr-defined]
+    names: dict[str, Any] = {
         "torch": torch,
         "_is_hip": False,
         "_is_gfx95_supported": False,
-        **{n: recorder(n) for n in (V1, "sparse_attention_fwd_kernel_v2")},
+        **{n: factory(n) for n in (V1, V2)},
     }
+    if f"def {HELPER}(".encode() in source:
+        names[HELPER] = stand_ins.load_function(source, HELPER, names)
     function = stand_ins.load_function(source, "tilelang_sparse_fwd", names)
-    function(_Tensor(4, heads, 512 + tail), _Tensor(64, 1, 512 + tail), _Tensor(4, 1, 2048), 0.1)
-    (result,) = built
-    return result
+    out = function(*_inputs(heads, tail), 0.1, d_v=D_V)
+    return Run(builds, out)
 
 
 def _padded(heads: int) -> int:
     return min(max(16, 1 << (heads - 1).bit_length()), 64)
+
+
+def _bytes(release: Version, kernel: str, shape: Any, heads: int, tail: int) -> int:
+    return _figures(release)[kernel, shape, _padded(heads), 64 if tail else 0]
 
 
 def matrix_expected(release: Version) -> str:
@@ -167,22 +288,29 @@ def matrix_symptom(release: Version, pristine: Mapping[str, bytes]) -> None:
     """Unpatched, capability 12 builds the default shape, which needs over 101376 B."""
     source = pristine[_path(str(release))]
     for capability in stand_ins.SM120:
-        kernel, shape = build(source, capability, 32, 64)
-        assert _figures(release)[kernel, shape, 32, 64] > SMEM_12
+        ((kernel, shape, heads),) = run(source, capability, 32, TAIL).builds
+        assert _bytes(release, kernel, shape, heads, TAIL) > SMEM_12
 
 
 def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
+    """On 12 every launch is v1 in the small shape with at most 32 heads, and fits; the output is
+    the kernel's over all heads at once. Other capabilities build and get what they did."""
     source = patched[_path(str(release))]
     pristine = wheels.member(str(release), _path(str(release)))
-    tails = [0, 64] if release >= Version("0.5.20") else [64]
+    tails = [0, TAIL] if release >= Version("0.5.20") else [TAIL]
     for tail in tails:
         for heads in HEADS:
+            whole = _sparse_attention(heads, 0.1)(*(a.unsqueeze(0) for a in _inputs(heads, tail)))
             for capability in stand_ins.SM120:
-                kernel, shape = build(source, capability, heads, tail)
-                assert (kernel, shape) == (V1, SMALL)
-                assert _figures(release)[kernel, shape, _padded(heads), tail] <= SMEM_12
+                got = run(source, capability, heads, tail)
+                assert [b[:2] for b in got.builds] == [(V1, SMALL)] * len(got.builds)
+                launches = [b[2] for b in got.builds]
+                assert sum(launches) == heads and max(launches) <= HEADS_PER_LAUNCH
+                assert all(_bytes(release, V1, SMALL, h, tail) <= SMEM_12 for h in launches)
+                assert got.out.shape == (1, 2, heads, D_V)
+                assert got.out.data == whole.data
             for capability in stand_ins.OTHERS:
-                assert build(source, capability, heads, tail) == build(
+                assert run(source, capability, heads, tail) == run(
                     pristine, capability, heads, tail
                 )
 
@@ -211,24 +339,33 @@ def test_unpatched_capability_12_asks_for_more_than_it_has(release: str) -> None
     matrix_symptom(Version(release), {_path(release): wheels.member(release, _path(release))})
 
 
-def test_sixty_four_heads_per_rank_still_do_not_fit() -> None:
-    # What the reduced shape does not cover (documented in the patch): 64 heads per rank.
-    assert LOWERED[V1, SMALL, 64, 0] > SMEM_12 and LOWERED[V1, SMALL, 64, 64] > SMEM_12
+@pytest.mark.parametrize("heads", [64, 128])
+def test_more_than_32_heads_in_one_launch_would_not_fit(heads: int) -> None:
+    # Why capability 12 launches 32 heads at a time: above 32 the kernel takes a block of 64.
+    for figures in (LOWERED, LOWERED_0_5_15):
+        assert figures[V1, SMALL, heads, 64] > SMEM_12
+    assert LOWERED[V1, SMALL, heads, 0] > SMEM_12
+    assert LOWERED_0_5_12[V1, SMALL, 64, 64] > SMEM_12
 
 
-@pytest.mark.parametrize("lowering", LOWERINGS, ids=lambda lowering: lowering.release)
-def test_the_shapes_lower_to_these_figures(tmp_path: Any, lowering: Lowering) -> None:
-    tilelang = pytest.importorskip("tilelang")  # with torch and nvidia-cuda-nvcc
-    if tilelang.__version__.split("+")[0] != lowering.tilelang:
-        pytest.skip(f"lowered by TileLang {lowering.tilelang}, not {tilelang.__version__}")
+def test_the_split_is_what_makes_the_output_right() -> None:
+    # The equality in matrix_effect can fail: a helper that slices the wrong axis or joins the
+    # launches out of order gives another output.
+    q, kv, indices = (a.unsqueeze(0) for a in _inputs(64, TAIL))
+    whole = _sparse_attention(64, 0.1)(q, kv, indices)
+    halves = [_sparse_attention(32, 0.1)(q[:, :, h : h + 32], kv, indices) for h in (32, 0)]
+    assert _cat(halves, 2).shape == whole.shape and _cat(halves, 2).data != whole.data
+    assert _cat(halves[::-1], 2).data == whole.data
+
+
+def _load_kernels(tmp_path: Any, release: str) -> Any:
+    """The release's tilelang_kernel.py, imported with stand-ins for the SGLang helpers it reads."""
     import importlib.util
     import sys
     from unittest import mock
 
-    from tvm.target import Target
-
     path = tmp_path / "tilelang_kernel.py"
-    path.write_bytes(wheels.member(lowering.release, _path(lowering.release)))
+    path.write_bytes(wheels.member(release, _path(release)))
     helpers = {
         "sglang.kernels.ops.quantization.fp8_kernel": {"is_fp8_fnuz": lambda: False},
         "sglang.srt.layers.quantization.fp8_kernel": {"is_fp8_fnuz": lambda: False},
@@ -244,19 +381,68 @@ def test_the_shapes_lower_to_these_figures(tmp_path: Any, lowering: Lowering) ->
         assert spec is not None and spec.loader is not None
         kernels = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(kernels)
+    return kernels
+
+
+def _lowered(tilelang: Any, kernels: Any, kernel: str, heads: int, tail: int, shape: Any) -> Any:
+    from tvm.target import Target
+
     target = Target(
         {"kind": "cuda", "arch": "sm_120", "max_shared_memory_per_block": SMEM_12}, host="llvm"
     )
+    tir = getattr(kernels, kernel).get_tir(heads, 512, tail, 2048, **dict(shape))
+    with target:
+        return tilelang.lower(tir, target=target)
+
+
+def _shared_memory(lowered: Any) -> list[int]:
+    return [
+        int(str(f.attrs["dyn_shared_memory_buf"]))
+        for f in lowered.device_mod.functions.values()
+        if f.attrs and "dyn_shared_memory_buf" in f.attrs
+    ]
+
+
+@pytest.mark.parametrize("lowering", LOWERINGS, ids=lambda lowering: lowering.release)
+def test_the_shapes_lower_to_these_figures(tmp_path: Any, lowering: Lowering) -> None:
+    tilelang = pytest.importorskip("tilelang")  # with torch and nvidia-cuda-nvcc
+    if tilelang.__version__.split("+")[0] != lowering.tilelang:
+        pytest.skip(f"lowered by TileLang {lowering.tilelang}, not {tilelang.__version__}")
+    kernels = _load_kernels(tmp_path, lowering.release)
     for (kernel, shape, heads, tail), expected in lowering.figures.items():
-        tir = getattr(kernels, kernel).get_tir(heads, 512, tail, 2048, **dict(shape))
-        with target:
-            lowered = tilelang.lower(tir, target=target)
-        sizes = [
-            int(str(f.attrs["dyn_shared_memory_buf"]))
-            for f in lowered.device_mod.functions.values()
-            if f.attrs and "dyn_shared_memory_buf" in f.attrs
-        ]
-        assert sizes == [expected], (kernel, shape, heads, tail)
+        lowered = _lowered(tilelang, kernels, kernel, heads, tail, shape)
+        assert _shared_memory(lowered) == [expected], (kernel, shape, heads, tail)
+
+
+@pytest.mark.parametrize(("release", "tail"), [("0.5.22", 0), ("0.5.22", 64), ("0.5.15", 64)])
+def test_a_launch_compiles_for_sm_120_without_spilling(
+    tmp_path: Any, release: str, tail: int
+) -> None:
+    # The launch capability 12 makes at 32 heads (and so for 64 and 128, two and four of them):
+    # the CUDA compiler takes it for sm_120 and keeps it in registers (255 at most); one launch
+    # of 64 heads in the same shape would spill 2-2.3 kB per thread.
+    tilelang = pytest.importorskip("tilelang")  # with torch and nvidia-cuda-nvcc
+    if tilelang.__version__.split("+")[0] != "0.1.12":
+        pytest.skip(f"compiled with TileLang 0.1.12, not {tilelang.__version__}")
+    import subprocess
+
+    from tilelang.contrib import nvcc
+    from tilelang.env import CUTLASS_INCLUDE_DIR, TILELANG_TEMPLATE_PATH
+
+    kernels = _load_kernels(tmp_path, release)
+    lowered = _lowered(tilelang, kernels, V1, HEADS_PER_LAUNCH, tail, SMALL)
+    assert _shared_memory(lowered) == [LOWERED[V1, SMALL, HEADS_PER_LAUNCH, tail]]
+    source = tmp_path / "kernel.cu"
+    source.write_text(lowered.kernel_source)
+    command = [
+        *(nvcc.get_nvcc_compiler(), "--cubin", "-O3", "-arch=sm_120", "-std=c++20", "-w"),
+        *(f"-I{TILELANG_TEMPLATE_PATH}", f"-I{CUTLASS_INCLUDE_DIR}", "--ptxas-options=-v"),
+        *("-o", str(tmp_path / "kernel.cubin"), str(source)),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    report = done.stdout + done.stderr
+    assert done.returncode == 0 and "for 'sm_120'" in report, report
+    assert "0 bytes spill stores, 0 bytes spill loads" in report, report
 
 
 MATRIX = MatrixHooks(matrix_expected, matrix_effect, matrix_symptom)
