@@ -36,7 +36,7 @@ from sglpatch.patches.sm120_dsa_tilelang_shape import (
     V1,
     Sm120DsaTilelangShape,
 )
-from sglpatch.results import Applied
+from sglpatch.results import Applied, Failed
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import wheels
 from tests.support.matrix import MatrixHooks
@@ -356,6 +356,28 @@ def test_the_split_is_what_makes_the_output_right() -> None:
     halves = [_sparse_attention(32, 0.1)(q[:, :, h : h + 32], kv, indices) for h in (32, 0)]
     assert _cat(halves, 2).shape == whole.shape and _cat(halves, 2).data != whole.data
     assert _cat(halves[::-1], 2).data == whole.data
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            "min(h + 32, num_heads)) for h in range(0, num_heads, 32)",
+            "min(h + 64, num_heads)) for h in range(0, num_heads, 64)",
+        ),
+        ("block_I=32, num_stages=1", "block_I=64, num_stages=1"),
+    ],
+)
+def test_a_changed_helper_is_not_taken_as_applied(old: str, new: str) -> None:
+    # The postcondition reads the helper: 64 heads a launch, or another shape, would not fit.
+    path = _path("0.5.22")
+    changed = _patched("0.5.22").replace(old.encode(), new.encode())
+    assert changed != _patched("0.5.22")
+    patch = Sm120DsaTilelangShape()
+    change, outcomes = engine.transform_source(
+        changed, path, [patch], Version("0.5.22"), [patch.id]
+    )
+    assert change is None and isinstance(outcomes[patch.id], Failed)
 
 
 def _load_kernels(tmp_path: Any, release: str) -> Any:
