@@ -16,15 +16,15 @@ GLM-5.3-Flash configuration on 8x RTX PRO 6000 and of the public patch set
 ormandj/sglang-glm53-flash-sm120 (0011-glm53-sm120-tilelang-shared-memory), and launches it for at
 most 32 query heads at a time. Lowered the same way, one launch needs 51200 B at 16 heads and
 68608 B at 32 (57344 B and 76800 B with the 64-wide RoPE tail; the same with TileLang 0.1.8), and
-the CUDA compiler (nvcc 13, from TileLang 0.1.12's lowering) builds it for sm_120 without spilling
-(166-255 registers).
+the CUDA compiler (nvcc 13, from TileLang 0.1.12's and 0.1.8's lowering) builds it for sm_120
+without spilling (136-255 registers; 0.1.8 adds 1024 B of static shared memory).
 
 Why 32 heads a launch: v1 pads the heads to a power of two (at least 16) and, above 64, launches
 one block per 64 heads (`REPLICATE_H`, `H_per_block = 64`): a fixed 64, not a parameter. In this
 shape 64 heads in a block need 103424 B (115712 B with the tail), and so do 128 (two blocks of
-64); they also spill 2-2.3 kB of registers per thread. No other shape of its parameters fits a
-block of 64 well: block_I=16 does not lower at 128 or 256 threads, and at 64 threads (84480 B) it
-spills 7.5 kB. DSA attention is MLA-style, every query head attending to the one latent KV with
+64); they also spill 1.5-2.3 kB of registers per thread. No other shape of its parameters fits a
+block of 64 well: block_I=16 does not lower at 128 or 256 threads; at 64 threads (84480 B) it
+spills 7.5 kB per thread. DSA attention is MLA-style, every query head attending to the one latent KV with
 its own softmax, so heads are independent: the patch adds `_sglpatch_sm120_sparse_fwd_kernel`,
 which builds one kernel per slice of up to 32 heads and joins their outputs along the head axis
 (at 32 heads or fewer it is the one kernel itself). GLM-5.3-Flash on one GPU and DeepSeek-V3.2
