@@ -24,13 +24,13 @@ one block per 64 heads (`REPLICATE_H`, `H_per_block = 64`): a fixed 64, not a pa
 shape 64 heads in a block need 103424 B (115712 B with the tail), and so do 128 (two blocks of
 64); they also spill 1.5-2.3 kB of registers per thread. No other shape of its parameters fits a
 block of 64 well: block_I=16 does not lower at 128 or 256 threads; at 64 threads (84480 B) it
-spills 7.5 kB per thread. DSA attention is MLA-style, every query head attending to the one latent KV with
-its own softmax, so heads are independent: the patch adds `_sglpatch_sm120_sparse_fwd_kernel`,
-which builds one kernel per slice of up to 32 heads and joins their outputs along the head axis
-(at 32 heads or fewer it is the one kernel itself). GLM-5.3-Flash on one GPU and DeepSeek-V3.2
-or GLM-5 at attention TP 2 (64 heads) take two launches, at TP 1 (128) four, each reading the
-selected KV rows again. The FP8-KV CUDA kernel of 0.5.23 (25216-29312 B) and every other
-capability keep their shapes.
+spills 7.5 kB per thread. DSA attention is MLA-style, every query head attending to the one
+latent KV with its own softmax, so heads are independent: the patch adds
+`_sglpatch_sm120_sparse_fwd_kernel`, which builds one kernel per slice of up to 32 heads and
+joins their outputs along the head axis (at 32 heads or fewer it is the one kernel itself).
+GLM-5.3-Flash on one GPU and DeepSeek-V3.2 or GLM-5 at attention TP 2 (64 heads) take two
+launches, at TP 1 (128) four, each reading the selected KV rows again. The FP8-KV CUDA kernel of
+0.5.23 (25216-29312 B) and every other capability keep their shapes.
 
 A file patched by an sglpatch from before the split (v1 built inline for all heads) reports a
 failure naming it: revert, then apply again.
