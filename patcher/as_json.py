@@ -189,6 +189,7 @@ def doctor(report: api.DoctorReport) -> JSON:
         "blockers": [_blocker(b) for b in found.blockers],
         "opt_in": [_blocker(b) for b in found.opt_in],
         "tables": [_blocker(b) for b in found.tables],
+        "known": [_blocker(b) for b in found.known],
         "not_for_this_model": list(found.elsewhere),
         "not_judged_for_this_model": list(found.undecided),
         "quantization": found.quantization,

@@ -179,6 +179,9 @@ def _print_diagnosis(report: api.DoctorReport, verbose: bool = False) -> None:
             f"\nNot judged for {found.asked} (its module could not be read): {count} pending "
             f"patch{'es' * (count > 1)} that may concern it: {', '.join(found.undecided)}"
         )
+    if found.known:
+        typer.echo("\nKnown, not counted here (`sglpatch apply` cannot fix these):")
+        _print_rows(found.known)
     _print_eagle3(found)
     _print_next(report)
     _print_suspects(found, verbose)

@@ -75,6 +75,8 @@ class Diagnosis(NamedTuple):
     capabilities: tuple[str, ...] = judged.CAPABILITIES
     # With --model whose module could not be read: pending patches that may concern it (ids).
     undecided: tuple[str, ...] = ()
+    # Known gaps no patch fixes that the reading cannot see, said but not counted (known_gaps).
+    known: tuple[Blocker, ...] = ()
 
     @property
     def ready(self) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from sglpatch.doctor import chunks
+from sglpatch.doctor.diagnosis import Blocker, ModelReport
 from sglpatch.doctor.source_tree import (
     TOO_DEEP,
     TOO_DEEP_WHY,
@@ -174,3 +175,12 @@ def _negated(call: ast.Call, within: ast.AST) -> bool:
         isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and node.operand is call
         for node in ast.walk(within)
     )
+
+
+def missing_methods(reports: Sequence[ModelReport]) -> list[Blocker]:
+    """The EAGLE-3 methods the models asked for lack, as the report's blockers."""
+    return [
+        Blocker(f"EAGLE-3 cannot start: {r.name} lacks {', '.join(r.missing)}", r.name, r.fixed_by)
+        for r in reports
+        if r.missing
+    ]

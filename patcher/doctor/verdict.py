@@ -34,6 +34,7 @@ from sglpatch.doctor import (
     devices,
     eagle3,
     judged,
+    known_gaps,
     pool,
     scanner,
     tables,
@@ -85,7 +86,8 @@ def diagnose(
     suspects = tuple(s for s in every if s.verdict in judged.LISTED)
     asked = _asked(source, paths, read, quantization) if model is not None else None
     found = _sort(work, chosen, asked, release)
-    blockers = found.blockers + _missing_methods(reports, model)
+    gaps, maybe, known = known_gaps.rows(release, asked and asked.names, capabilities)
+    blockers = found.blockers + gaps + (eagle3.missing_methods(reports) if model else [])
     if strict:
         blockers += [_as_blocker(s) for s in suspects]
     return Diagnosis(
@@ -100,7 +102,7 @@ def diagnose(
         strict,
         model,
         tuple(sorted(source.not_judged.items())),
-        tuple(found.opt_in),
+        tuple(found.opt_in + maybe),
         tuple(found.tables),
         tuple(found.elsewhere),
         quantization if model is not None else None,
@@ -108,6 +110,7 @@ def diagnose(
         sum(1 for s in every if s.verdict == judged.HARMLESS),
         tuple(capabilities),
         tuple(found.undecided),
+        known,
     )
 
 
@@ -359,17 +362,6 @@ def _as_pending(
     if release is not None and not patch.is_tested(release):
         note = "; ".join(filter(None, (note, UNTESTED)))
     return Blocker(patch.symptom, patch.id, patch.id, note, when)
-
-
-def _missing_methods(reports: tuple[ModelReport, ...], model: str | None) -> list[Blocker]:
-    """The EAGLE-3 methods the models asked for lack."""
-    if model is None:
-        return []
-    return [
-        Blocker(f"EAGLE-3 cannot start: {r.name} lacks {', '.join(r.missing)}", r.name, r.fixed_by)
-        for r in reports
-        if r.missing
-    ]
 
 
 def _ours(

@@ -1,0 +1,122 @@
+"""What is known to break on capability 12 where doctor's reading cannot see it, and no patch fixes.
+
+doctor finds failures at capability gates; a kernel called with no gate at all (the DSA indexer's
+DeepGEMM calls) never shows up there, so after `sglpatch apply` such a model would read "ready".
+Each gap here is a fact established from the release trees and public reports (the sources are
+named), with the releases, models and parts it holds for. A gap blocks a model that is known to
+reach it; one that depends on the checkpoint is listed apart with its condition; some are only
+what is known (public reports that disagree), said but never counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from sglpatch.doctor.diagnosis import Blocker
+from sglpatch.patches.sm120_dsa_backends import DSA_ARCHITECTURES
+
+# DSA models: these classes always use DSA sparse attention; the rest of DSA_ARCHITECTURES share
+# a class with models that do not (DeepSeek-V3, Mistral Large 3, LongCat), decided by the
+# checkpoint's config (`index_topk`).
+ALWAYS_DSA = frozenset(
+    {
+        "DeepseekV32ForCausalLM",
+        "GlmMoeDsaForCausalLM",
+        "GlmMoeDsaForCausalLMNextN",
+        "Glm5NextForConditionalGeneration",
+        "Glm5NextForConditionalGenerationNextN",
+    }
+)
+
+
+class KnownGap(NamedTuple):
+    id: str
+    what: str  # one line: what a user sees
+    releases: SpecifierSet
+    capabilities: tuple[str, ...]  # the parts it holds for
+    fix: str  # what would fix it, since `sglpatch apply` does not
+    sources: str
+    always: frozenset[str] = frozenset()  # model classes that always reach it
+    maybe: frozenset[str] = frozenset()  # classes that reach it `when`; both empty: any model
+    when: str = ""
+    blocks: bool = True  # False: what is known, said but never counted
+
+
+GAPS: tuple[KnownGap, ...] = (
+    KnownGap(
+        "dsa-indexer-deep-gemm",
+        "DSA models die at their first forward in the Lightning indexer: DeepGEMM's "
+        "fp8_mqa_logits / fp8_paged_mqa_logits have no capability-12 build "
+        "('Unsupported architecture'), and this release has no other path",
+        SpecifierSet(">=0.5.9,<0.5.22"),
+        ("12.0", "12.1"),
+        "SGLang 0.5.22 or later with `sglpatch apply` (sm120-dsa-indexer-fallback), or a "
+        "DeepGEMM with SM120 MQA-logits kernels (DeepGEMM PR #324)",
+        "sglang issues #26087, #23657; DeepGEMM issues #236, #317",
+        always=ALWAYS_DSA,
+        maybe=frozenset(DSA_ARCHITECTURES) - ALWAYS_DSA,
+        when="if the checkpoint uses DSA sparse attention (`index_topk` in its config)",
+    ),
+    KnownGap(
+        "nvfp4-moe-cutlass-gb10",
+        "NVFP4 MoE checkpoints on 12.1 run FlashInfer's CUTLASS MoE: public reports disagree "
+        "whether its output is right there (none isolates the kernel; docs/nvfp4-moe-gb10.md)",
+        SpecifierSet(">=0.5.11"),
+        ("12.1",),
+        "if the output is wrong, `--moe-runner-backend marlin` (where the release has it)",
+        "docs/nvfp4-moe-gb10.md",
+        blocks=False,
+        when="if the checkpoint is NVFP4 MoE",
+    ),
+)
+
+
+class Known(NamedTuple):
+    """The gaps that hold for one run of doctor, sorted as its report lists them."""
+
+    blockers: tuple[KnownGap, ...] = ()  # the model asked always reaches it
+    conditional: tuple[KnownGap, ...] = ()  # it reaches it `when`
+    notes: tuple[KnownGap, ...] = ()  # what is known; without a model, every gap that holds
+
+
+def known(release: Version | None, names: set[str] | None, capabilities: Sequence[str]) -> Known:
+    """The gaps of `release` on the parts asked, for the classes --model chose (`names`; None:
+    no model asked, and every gap is a note about the models it names)."""
+    if release is None:
+        return Known()
+    holding = [
+        g for g in GAPS if release in g.releases and any(c in g.capabilities for c in capabilities)
+    ]
+    if names is None:
+        return Known(notes=tuple(holding))
+    blockers, conditional, notes = [], [], []
+    for gap in holding:
+        any_model = not gap.always and not gap.maybe
+        if not gap.blocks:
+            if any_model or names & (gap.always | gap.maybe):
+                notes.append(gap)
+        elif names & gap.always:
+            blockers.append(gap)
+        elif any_model or names & gap.maybe:
+            conditional.append(gap)
+    return Known(tuple(blockers), tuple(conditional), tuple(notes))
+
+
+def rows(
+    release: Version | None, names: set[str] | None, capabilities: Sequence[str]
+) -> tuple[list[Blocker], list[Blocker], tuple[Blocker, ...]]:
+    """`known` as the report's rows: blockers, rows apart with their condition, notes."""
+    found = known(release, names, capabilities)
+
+    def row(gap: KnownGap, when: str = "") -> Blocker:
+        return Blocker(gap.what, gap.id, None, f"fix: {gap.fix}; sources: {gap.sources}", when)
+
+    return (
+        [row(g) for g in found.blockers],
+        [row(g, g.when) for g in found.conditional],
+        tuple(row(g) for g in found.notes),  # each says what it is about
+    )
