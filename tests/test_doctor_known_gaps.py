@@ -55,6 +55,18 @@ def test_the_gb10_nvfp4_note_is_said_on_12_1_only_and_never_counted() -> None:
 
 @pytest.mark.wheel
 @pytest.mark.parametrize("release", wheels.RELEASES)
+def test_the_minimax_gap_holds_where_its_nvfp4_override_goes_blackwell_only(release: str) -> None:
+    gap = next(g for g in GAPS if g.id == "minimax-m3-nvfp4-blackwell-only")
+    override = "sglang/srt/arg_groups/model_overrides/minimax_m3.py"
+    source = wheels.member(release, override) if override in wheels.members(release) else b""
+    branch = b'quant_resolved == "minimax_m3_nvfp4"' in source and b"is_blackwell" in source
+    megamoe = b'moe_a2a_backend="megamoe"' in source and b'"deep_gemm"' in source
+    assert (Version(release) in gap.releases) == (branch and megamoe)
+    assert known_gaps.known(Version("0.5.23"), set(gap.maybe), ("12.0",)).conditional == (gap,)
+
+
+@pytest.mark.wheel
+@pytest.mark.parametrize("release", wheels.RELEASES)
 def test_the_dsa_gap_holds_where_the_indexer_calls_deep_gemm_and_no_patch_takes_it_off(
     release: str,
 ) -> None:

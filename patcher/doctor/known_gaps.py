@@ -62,6 +62,19 @@ GAPS: tuple[KnownGap, ...] = (
         when="if the checkpoint uses DSA sparse attention (`index_topk` in its config)",
     ),
     KnownGap(
+        "minimax-m3-nvfp4-blackwell-only",
+        "MiniMax-M3.1 NVFP4 on capability 12 takes the override's Blackwell branch "
+        "(`is_blackwell`): MegaMoE with DeepGEMM, or FlashInfer TRT-LLM routed experts, which "
+        "the NVFP4 expert method requires there; neither has a build for 12",
+        SpecifierSet(">=0.5.23"),
+        ("12.0", "12.1"),
+        "none known: the release's other branch (Marlin experts, fa3 attention) is Hopper's, "
+        "and fa3 does not run on 12 either",
+        "0.5.23 arg_groups/model_overrides/minimax_m3.py; sm120-beam-trtllm-mha-fp8-kv's docstring",
+        maybe=frozenset({"MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration"}),
+        when="if the checkpoint is M3.1 NVFP4 (`minimax_m3_nvfp4`)",
+    ),
+    KnownGap(
         "nvfp4-moe-cutlass-gb10",
         "NVFP4 MoE checkpoints on 12.1 run FlashInfer's CUTLASS MoE: public reports disagree "
         "whether its output is right there (none isolates the kernel; docs/nvfp4-moe-gb10.md)",
