@@ -9,14 +9,13 @@ from packaging.version import Version
 
 from sglpatch import collector, elision
 from sglpatch.lazy import lazy_import
-from sglpatch.patch import (
+from sglpatch.patch import Patch, blame
+from sglpatch.patch_errors import (
     EXPECTED,
     AlreadyPresent,
     AlreadyUpstream,
     AnchorMissing,
-    Patch,
     PostconditionFailed,
-    blame,
 )
 from sglpatch.reading import NotRegularFile, read_regular
 from sglpatch.results import AlreadyApplied, Applied, Failed, NotApplicable, Outcome

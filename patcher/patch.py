@@ -28,6 +28,13 @@ from packaging.version import Version
 
 from sglpatch.errors import CatalogueError, PatchCrashed, interrupted, raised, text_of
 from sglpatch.lazy import lazy_import
+from sglpatch.patch_errors import (
+    EXPECTED,
+    AlreadyPresent,
+    AlreadyUpstream,
+    AnchorMissing,
+    PostconditionFailed,
+)
 from sglpatch.plugin_stdout import to_stderr
 
 if TYPE_CHECKING:
@@ -72,22 +79,6 @@ def since(oldest: str) -> SpecifierSet:
 TESTED = since(OLDEST_TESTED)
 
 T_co = TypeVar("T_co", covariant=True)  # a ByRelease[str] is a ByRelease[str | None]
-
-
-class AnchorMissing(Exception):
-    """The code a patch edits is not where it should be; the patch never guesses (cf. SkipFile)."""
-
-
-class AlreadyPresent(Exception):
-    """The patch's change is already in the file: ours from an earlier apply, or upstream's."""
-
-
-class AlreadyUpstream(Exception):
-    """Upstream solved the problem its own way; the file must not be touched."""
-
-
-class PostconditionFailed(Exception):
-    """The transformed file does not have the property the patch promises."""
 
 
 class ByRelease(Generic[T_co]):
@@ -291,12 +282,6 @@ def path_problem(path: object) -> str | None:
     return None
 
 
-EXPECTED: tuple[type[BaseException], ...] = (
-    AnchorMissing,
-    AlreadyPresent,
-    AlreadyUpstream,
-    PostconditionFailed,
-)
 # A patch's methods, and what each may raise as an answer rather than a fault.
 _HOOKS: dict[str, tuple[type[BaseException], ...]] = {
     "target_file": (),

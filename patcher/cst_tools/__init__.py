@@ -39,7 +39,7 @@ from sglpatch.cst_tools.find import (
 )
 from sglpatch.cst_tools.walking import Step, T, find_compound, walk
 from sglpatch.cst_tools.walking import _walk as _walk  # private; plugins copied it from patches
-from sglpatch.patch import AnchorMissing
+from sglpatch.patch_errors import AnchorMissing
 
 __all__ = [
     "AnchorMissing",

@@ -11,7 +11,7 @@ import libcst as cst
 
 from sglpatch.cst_tools.find import _from_imports, function_body, if_chain, imported_names, int_key
 from sglpatch.cst_tools.walking import _path_to
-from sglpatch.patch import AnchorMissing
+from sglpatch.patch_errors import AnchorMissing
 
 
 def replace(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Module:

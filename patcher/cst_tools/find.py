@@ -11,7 +11,7 @@ from typing import TypeVar
 import libcst as cst
 
 from sglpatch.cst_tools.walking import _simple_statements, _walk, find_compound
-from sglpatch.patch import AnchorMissing
+from sglpatch.patch_errors import AnchorMissing
 
 D = TypeVar("D", cst.ClassDef, cst.FunctionDef)
 
