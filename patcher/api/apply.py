@@ -8,11 +8,11 @@ from pathlib import Path
 from packaging.version import Version
 
 from sglpatch import diff, engine
-from sglpatch.api.common import commit_message, owned_elsewhere, patches_for, record_of, release_of
+from sglpatch.api.common import owned_elsewhere, patches_for, record_of, release_of
 from sglpatch.patch import Patch
 from sglpatch.reports import ApplyReport, Preview
-from sglpatch.results import Applied, Outcome
-from sglpatch.store import FileRecord, Record, State, journal, sha256
+from sglpatch.results import Applied
+from sglpatch.store import Record, finish_interrupted, record_apply
 from sglpatch.target import Target, find_target, parse_release
 
 
@@ -42,9 +42,9 @@ def apply(
     record = record_of(target, ledger_dir)
     if dry_run:
         return _plan_apply(record, target, release, patches, untested, write=False, finished=None)
-    record.repository.require_git()
+    record.require_git()
     with record.locked():
-        finished = journal.finish_interrupted(record, target)
+        finished = finish_interrupted(record)
         return _plan_apply(
             record,
             target,
@@ -65,7 +65,7 @@ def _plan_apply(
     untested: tuple[str, ...],
     *,
     write: bool,
-    finished: journal.Change | None,
+    finished: str | None,
     left_out: tuple[str, ...] = (),
 ) -> ApplyReport:
     state = record.state()
@@ -74,29 +74,9 @@ def _plan_apply(
     text = "".join(diff.unified(c.path, c.before, c.after) for c in plan.changes)
     changed = tuple(c.path for c in plan.changes)
     commit = None
-    after = _applied_state(state, release, plan.outcomes, plan.changes, left_out)
-    # A new choice to skip is recorded even when no file changes, unless the record holds
-    # another release's files (an upgrade), which only a real apply may start afresh.
-    newly_skipped = after.skipped != state.skipped and state.release in (None, str(release))
-    if write and (plan.changes or newly_skipped) and not plan.failures:
-        patch_ids = [p for c in plan.changes for p in c.patch_ids]
-        change = journal.Change(
-            "apply",
-            commit_message("apply", target, release, patch_ids, after.skipped),
-            after,
-            {
-                # A patch added on top of our own keeps the first original: never overwrite it.
-                **{
-                    f"original/{c.path}": c.before
-                    for c in plan.changes
-                    if after.files[c.path].original == sha256(c.before)
-                },
-                **{f"patched/{c.path}": c.after for c in plan.changes},
-            },
-            tuple(journal.Write(c.path, sha256(c.before), c.after, c.before) for c in plan.changes),
-            previous=state,
-        )
-        commit = journal.carry_out(record, target, change)
+    if write and not plan.failures:
+        applied = [o.patch_id for o in plan.outcomes if isinstance(o, Applied)]
+        commit = record_apply(record, state, release, plan.changes, applied, left_out)
     return ApplyReport(
         target,
         record.directory,
@@ -106,38 +86,8 @@ def _plan_apply(
         commit is not None,
         commit,
         untested,
-        finished.action if finished else None,
+        finished,
     )
-
-
-def _applied_state(
-    state: State,
-    release: Version,
-    outcomes: tuple[Outcome, ...],
-    changes: tuple[engine.FileChange, ...],
-    left_out: tuple[str, ...] = (),
-) -> State:
-    """The state after this apply; a record from another release (an upgrade) starts afresh.
-
-    Skipped: what earlier applies on this release left out, plus what this one left out,
-    less what is ours now.
-    """
-    same = state.release == str(release)
-    files = dict(state.files) if same else {}
-    for change in changes:
-        earlier = files.get(change.path)
-        # Adding a patch on top of our own earlier one keeps the first original.
-        if earlier is not None and earlier.patched == sha256(change.before):
-            original, kept = earlier.original, earlier.patches
-        else:
-            original, kept = sha256(change.before), []
-        files[change.path] = FileRecord(
-            original, sha256(change.after), sorted({*kept, *change.patch_ids})
-        )
-    ours = set(state.patches) if same else set()
-    ours |= {o.patch_id for o in outcomes if isinstance(o, Applied)}
-    skipped = (set(state.skipped) if same else set()) | set(left_out)
-    return State(str(release), sorted(ours), files, sorted(skipped - ours), state.extra)
 
 
 def preview(

@@ -7,12 +7,11 @@ from pathlib import Path
 from packaging.version import Version
 
 from sglpatch import catalogue, diff, engine
-from sglpatch.api.common import patches_for, read_or_none, record_of, release_of
+from sglpatch.api.common import patches_for, record_of, release_of
 from sglpatch.errors import RefusedError, UsageError
 from sglpatch.patch import Patch
 from sglpatch.reports import CatalogueRow, ExportReport
-from sglpatch.store import Record, sha256
-from sglpatch.store.fsio import write_output
+from sglpatch.store import Record, originals_of_patched, write_output
 from sglpatch.target import Target, find_target, parse_release
 
 
@@ -63,13 +62,7 @@ def export(
     record = record_of(target, ledger_dir)
     if output != "-":
         _refuse_output_inside(Path(output), target, record)
-    state = record.state()
-    pristine: dict[str, bytes] = {}
-    if state.release == str(release):
-        for path, file in state.files.items():
-            current = read_or_none(target.root / path)
-            if current is not None and sha256(current) == file.patched:
-                pristine[path] = record.stored("original", path, file.original)
+    pristine = originals_of_patched(record, release)
     plan = engine.plan(target, patches, release, (), sources=pristine)
     text = "".join(diff.unified(c.path, c.before, c.after) for c in plan.changes)
     report = ExportReport(target, text, tuple(c.path for c in plan.changes), plan.outcomes, output)

@@ -7,10 +7,9 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch import __version__, catalogue
+from sglpatch import catalogue
 from sglpatch.errors import RefusedError, UsageError
 from sglpatch.patch import Patch
-from sglpatch.reading import NotRegularFile, read_regular
 from sglpatch.results import AlreadyApplied, Outcome
 from sglpatch.store import Ledger, Record, default_directory
 from sglpatch.target import Target
@@ -100,29 +99,3 @@ def owned_elsewhere(
 
 def elsewhere_note(folder: Path, owner: str) -> str:
     return f"recorded in another ledger at {folder} (target {owner})"
-
-
-def read_or_none(path: Path) -> bytes | None:
-    """A regular file's bytes; None if it is missing or not a regular file."""
-    try:
-        return read_regular(path)
-    except (FileNotFoundError, NotRegularFile):
-        return None
-
-
-def commit_message(
-    action: str,
-    target: Target,
-    release: Version | None,
-    patch_ids: list[str],
-    skipped: list[str] | None = None,
-) -> str:
-    ids = ", ".join(sorted(set(patch_ids))) or "-"
-    return (
-        f"{action}: {ids} (SGLang {release})\n\n"
-        f"target: {target.root}\n"
-        f"release: {release}\n"
-        f"patches: {ids}\n"
-        + (f"skipped: {', '.join(skipped)}\n" if skipped else "")
-        + f"sglpatch: {__version__}\n"
-    )

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
 
-from sglpatch.api.common import commit_message, elsewhere_note, read_or_none, record_of
+from sglpatch.api.common import elsewhere_note, record_of
 from sglpatch.errors import RefusedError
 from sglpatch.reports import RevertReport
-from sglpatch.store import Record, State, journal
+from sglpatch.store import Record, State, finish_interrupted, plan_revert, record_revert
 from sglpatch.target import Target, find_target
 
 
@@ -23,79 +22,29 @@ def revert(
     """
     target = find_target(target_path, None, required=False)
     record = record_of(target, ledger_dir)
-    record.repository.require_git()
+    record.require_git()
     with record.locked():
-        finished = journal.finish_interrupted(record, target, or_undo=True)
-        done = finished.action if finished else None
+        done = finish_interrupted(record, or_undo=True)
         state = record.state()
         if not state.files:
             _refuse_foreign(record)
             return RevertReport(target, record.directory, (), (), (), None, done)
-        plan = _plan(record, state, force)
-        writes, untouched, edited, replaced = (
-            plan.writes,
-            plan.untouched,
-            plan.edited,
-            plan.replaced,
-        )
-        if (edited or replaced) and not force:
-            raise _refusal(target, state, sorted(edited), replaced)
-        kept = {path: state.files[path] for path in replaced}
-        still = {p for f in kept.values() for p in f.patches}
-        change = journal.Change(
-            "revert",
-            commit_message("revert", target, target.release, state.patches),
-            State(
-                state.release,
-                sorted(still),
-                kept,
-                extra=state.extra,
-            ),
-            {f"edited/{path}": data for path, data in edited.items()},
-            tuple(writes),
-            previous=state,
-        )
-        commit = journal.carry_out(record, target, change)
+        plan = plan_revert(record, state, force)
+        if (plan.edited or plan.replaced) and not force:
+            raise _refusal(target, state, sorted(plan.edited), plan.replaced)
+        commit = record_revert(record, plan)
+        still = plan.still_applied
         return RevertReport(
             target,
             record.directory,
-            tuple(w.path for w in writes),
-            tuple(untouched),
-            tuple(sorted(edited)),
+            plan.restored,
+            tuple(plan.untouched),
+            tuple(sorted(plan.edited)),
             commit,
             done,
-            tuple(replaced),
+            tuple(plan.replaced),
             tuple(p for p in state.patches if p not in still),
         )
-
-
-class _Plan(NamedTuple):
-    writes: list[journal.Write]
-    untouched: list[str]  # already back to the original bytes
-    edited: dict[str, bytes]  # changed since sglpatch patched them: their bytes, kept if forced
-    replaced: list[str]  # no longer regular files: never written over, even forced
-
-
-def _plan(record: Record, state: State, force: bool) -> _Plan:
-    """What reverting each recorded file takes, judged from its bytes now."""
-    plan = _Plan([], [], {}, [])
-    for path, file in sorted(state.files.items()):
-        location = record.locate(path)
-        digest = journal.current(location)
-        now = read_or_none(location) if digest else None
-        original = record.stored("original", path, file.original)
-        if digest == file.original:
-            plan.untouched.append(path)
-            continue
-        if digest == "":
-            plan.replaced.append(path)
-            continue
-        if digest is None and not force:
-            raise RefusedError(f"{path} is missing; revert --force recreates it")
-        if now is not None and digest != file.patched:
-            plan.edited[path] = now
-        plan.writes.append(journal.Write(path, digest, original, now))
-    return plan
 
 
 def _refuse_foreign(record: Record) -> None:

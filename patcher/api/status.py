@@ -15,7 +15,7 @@ from sglpatch.errors import UsageError
 from sglpatch.patch import Patch
 from sglpatch.reports import CheckReport, LogReport, PatchStatus, StatusReport
 from sglpatch.results import AlreadyApplied, Applied, Failed, NotApplicable
-from sglpatch.store import Record, State, journal
+from sglpatch.store import Record, State, file_digest, state_now
 from sglpatch.target import Target, find_target, parse_release
 
 
@@ -31,12 +31,7 @@ def status(
     `release` is `--release`, as for apply.
     """
     target, record = _target_and_record(target_path, ledger_dir, release)
-    state = record.state()
-    interrupted = journal.pending(record)
-    if interrupted is not None and interrupted != "unknown":
-        change = journal.load(record)
-        if change is not None:  # until it is finished, each file is on one side of it
-            state = journal.effective_state(record, target, change)
+    state, interrupted = state_now(record)  # an interrupted change: each file on one side
     foreign: dict[str, tuple[Path, str]] | None = None
 
     def elsewhere(path: str) -> tuple[Path, str] | None:
@@ -88,7 +83,7 @@ def _status_of(
     file = state.files.get(path)
     upgraded = ""
     if patch.id in state.patches and file is not None:
-        digest = journal.current(target.root / path)
+        digest = file_digest(target.root / path)
         if state.release != str(release):  # an upgrade: what is true of the new release's files
             if digest == file.patched:  # pip left the file sglpatch wrote
                 note = f"applied to {state.release}; its bytes are still there on {release}"
@@ -200,7 +195,7 @@ def _vouch(
         file = state.files.get(path) if state is not None else None
         if file is not None and patch.id in file.patches:
             if path not in digests:
-                digests[path] = journal.current(target.root / path)
+                digests[path] = file_digest(target.root / path)
             if digests[path] == file.patched:
                 applied.add(patch.id)
                 continue
@@ -223,7 +218,7 @@ def log(target_path: Path | None, ledger_dir: Path | None = None) -> LogReport:
     """The ledger's history for the target, newest first."""
     target = find_target(target_path, None, required=False)
     record = record_of(target, ledger_dir)
-    return LogReport(target, record.directory, record.ledger.directory, record.repository.history())
+    return LogReport(target, record.directory, record.ledger.directory, record.history())
 
 
 def _special(path: Path) -> bool:

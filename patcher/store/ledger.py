@@ -28,7 +28,7 @@ from sglpatch.patch import path_problem
 from sglpatch.reading import read_regular
 from sglpatch.store.fsio import sha256, write_atomic
 from sglpatch.store.git import Repository, confined
-from sglpatch.store.state import State
+from sglpatch.store.state import Entry, State
 from sglpatch.target import Target, symlink_on_the_way
 
 # Another ledger's files are hints: read them without waiting on them, and never much of them.
@@ -258,6 +258,19 @@ class Record:
         if spelled_as_checkout == self.target.relative("").startswith("python/"):
             return path
         return _other_spelling(path)
+
+    def original(self, path: str, digest: str) -> bytes:
+        """The bytes `path` had before sglpatch first patched it; damage unless they hash to
+        `digest`, the state's record of them."""
+        return self.stored("original", path, digest)
+
+    def require_git(self) -> None:
+        """Before a change: a ledger that cannot commit stops it before anything is written."""
+        self.repository.require_git()
+
+    def history(self) -> list[Entry]:
+        """Every change recorded for this target, newest first."""
+        return self.repository.history()
 
     def stored(self, kind: str, path: str, digest: str | None = None) -> bytes:
         """Bytes saved by an earlier commit: kind is original, patched or edited. With `digest`

@@ -1,0 +1,260 @@
+"""The layers of `patcher/`, read from its own imports: no cycle, and each layer keeps its side.
+
+The graph holds every import the code can run: module level, inside functions, under
+`TYPE_CHECKING`, and the modules named to `lazy_import` or `importlib.import_module`, with
+`from . import x` resolved to the module `x` when it is one. Importing `sglpatch.a.b` runs
+`sglpatch.a` first, so it counts as an import of both (unless the importer is inside `a`).
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "sglpatch"
+ROOT = Path(__file__).resolve().parent.parent / "patcher"
+
+# The public face of the ledger: all `api/` may import from `sglpatch.store`. The journal, the
+# git plumbing, the state's JSON and the paths inside a record stay behind it.
+STORE_API = {
+    "Entry",
+    "FileRecord",
+    "Ledger",
+    "Record",
+    "RevertPlan",
+    "State",
+    "default_directory",
+    "file_digest",
+    "finish_interrupted",
+    "originals_of_patched",
+    "plan_revert",
+    "record_apply",
+    "record_revert",
+    "sha256",
+    "state_now",
+    "write_output",
+}
+# What only the ledger may say: the folders inside a record and its files' names.
+LEDGER_LAYOUT = ("original/", "patched/", "edited/", "files/", "state.json", "target.json")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join((PACKAGE, *parts))
+
+
+MODULES = {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _is_package(module: str) -> bool:
+    return MODULES[module].name == "__init__.py"
+
+
+class Import:
+    """One import in a module: what it names, where, and the names taken `from` it."""
+
+    def __init__(self, module: str, line: int, names: tuple[str, ...] = ()) -> None:
+        self.module, self.line, self.names = module, line, names
+
+
+def _imports(module: str) -> Iterator[Import]:
+    """Every import `module` can run, with relative ones resolved."""
+    tree = ast.parse(MODULES[module].read_text(), str(MODULES[module]))
+    here = module if _is_package(module) else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = here.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            names = tuple(alias.name for alias in node.names)
+            yield Import(base, node.lineno, names)
+            for name in names:  # `from sglpatch import diff` imports the module sglpatch.diff
+                if f"{base}.{name}" in MODULES:
+                    yield Import(f"{base}.{name}", node.lineno)
+        elif (
+            isinstance(node, ast.Call)
+            and _called(node.func) in ("lazy_import", "import_module")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            yield Import(node.args[0].value, node.lineno)
+
+
+def _called(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def _runs(importer: str, imported: str) -> set[str]:
+    """The modules of the package that importing `imported` from `importer` runs: it and the
+    packages above it that `importer` is not inside (those are running already)."""
+    parts = imported.split(".")
+    found = set()
+    for end in range(2, len(parts) + 1):
+        name = ".".join(parts[:end])
+        if name in MODULES and not (importer == name or importer.startswith(name + ".")):
+            found.add(name)
+    return found
+
+
+def _graph() -> dict[str, dict[str, int]]:
+    """Each module of the package -> the modules of the package it imports, with a line."""
+    graph: dict[str, dict[str, int]] = {}
+    for module in MODULES:
+        edges: dict[str, int] = {}
+        for found in _imports(module):
+            for name in _runs(module, found.module):
+                edges.setdefault(name, found.line)
+        graph[module] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle per strongly connected component with more than one module (or a self-import),
+    found by Tarjan's algorithm; each cycle is a path through the component back to its start."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in graph[node]:
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1 or node in graph[node]:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [_cycle_in(graph, set(c), c[0]) for c in sorted(components)]
+
+
+def _cycle_in(graph: dict[str, dict[str, int]], component: set[str], start: str) -> list[str]:
+    """The shortest path from `start` back to itself inside `component` (breadth first)."""
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for succ in sorted(graph[node]):
+                if succ not in component:
+                    continue
+                if succ == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [start, *reversed(path[:-1]), start]
+                if succ not in came_from:
+                    came_from[succ] = node
+                    following.append(succ)
+        frontier = following
+    raise AssertionError(f"{start} is in a cycle with no way back")
+
+
+def _shown(graph: dict[str, dict[str, int]], cycle: list[str]) -> str:
+    steps = [f"{a} (line {graph[a][b]})" for a, b in itertools.pairwise(cycle)]
+    return " -> ".join([*steps, cycle[-1]])
+
+
+def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
+    """The reader itself: module level, in a function, lazy, `from . import`, parents run."""
+    graph = _graph()
+    assert "sglpatch.store.ledger" in graph["sglpatch.store"]  # `from sglpatch.store.ledger ...`
+    assert "sglpatch.diff" in graph["sglpatch.api.apply"]  # `from sglpatch import diff`
+    assert "sglpatch.cst_tools" in graph["sglpatch.patch"]  # lazy_import("sglpatch.cst_tools")
+    assert "sglpatch.store" in graph["sglpatch.cli.errors"]  # inside a function
+    assert "sglpatch.store" in graph["sglpatch.api.common"]  # a parent package runs first
+    assert "sglpatch.store" not in graph["sglpatch.store.journal"]  # ... unless it is running
+    cycle = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3}, "d": {"a": 4}}
+    assert _cycles(cycle) == [["a", "b", "c", "a"]]
+    assert _cycles({"a": {"a": 1}}) == [["a", "a"]]
+    assert _cycles({"a": {"b": 1}, "b": {}}) == []
+
+
+def _in_doctor(module: str) -> bool:
+    return module.startswith(f"{PACKAGE}.doctor") or module == f"{PACKAGE}.api.doctor"
+
+
+@pytest.mark.parametrize("where", ["outside doctor", "doctor"])
+def test_no_import_cycle(where: str) -> None:
+    """A cycle (even a lazy one) means two modules each need the other: one layer too few.
+
+    Cycles through `doctor/` and `api/doctor.py` are reported apart: that wing is being
+    restructured on its own.
+    """
+    graph = _graph()
+    cycles = [c for c in _cycles(graph) if any(_in_doctor(m) for m in c) == (where == "doctor")]
+    assert not cycles, "import cycles:\n" + "\n".join(_shown(graph, c) for c in cycles)
+
+
+def _api_modules() -> list[str]:
+    return sorted(m for m in MODULES if m.startswith(f"{PACKAGE}.api."))
+
+
+def test_the_ledgers_public_face_is_what_the_store_exports() -> None:
+    """Widening it (the journal, a record's paths) is a decision: made here, not in passing."""
+    import sglpatch.store
+
+    assert set(sglpatch.store.__all__) == STORE_API
+
+
+@pytest.mark.parametrize("module", _api_modules())
+def test_api_uses_only_the_ledgers_public_face(module: str) -> None:
+    """`api/` asks the ledger to record a change; how and where it is written is `store/`'s."""
+    wrong = []
+    for found in _imports(module):
+        if found.module.startswith(f"{PACKAGE}.store."):
+            wrong.append(f"line {found.line}: imports {found.module}")
+        elif found.module == f"{PACKAGE}.store":
+            wrong += [f"line {found.line}: {n}" for n in found.names if n not in STORE_API]
+    tree = ast.parse(MODULES[module].read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("repository", "stored", "journal"):
+            wrong.append(f"line {node.lineno}: reaches into the record (.{node.attr})")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            said = [part for part in LEDGER_LAYOUT if part in node.value]
+            wrong += [f"line {node.lineno}: names the ledger's {part!r}" for part in said]
+    assert not wrong, f"{module} knows the ledger's insides:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith(f"{PACKAGE}.cli")))
+def test_cli_imports_no_libcst_and_no_git(module: str) -> None:
+    """The terminal's side parses, calls the API and prints: the engine's libraries stay below."""
+    wrong = [
+        f"line {found.line}: {found.module}"
+        for found in _imports(module)
+        if found.module.split(".")[0] in ("libcst", "git")
+        or found.module in (f"{PACKAGE}.cst_tools", f"{PACKAGE}.store.git")
+    ]
+    assert not wrong, f"{module} imports below the API:\n" + "\n".join(wrong)
