@@ -12,6 +12,7 @@ import ast
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -42,54 +43,82 @@ STORE_API = {
 LEDGER_LAYOUT = ("original/", "patched/", "edited/", "files/", "state.json", "target.json")
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    return ".".join((PACKAGE, *parts))
+class Import(NamedTuple):
+    """One import in a module: the module it names, its line, and the names taken `from` it."""
+
+    module: str
+    line: int
+    names: tuple[str, ...] = ()
 
 
-MODULES = {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+class Package:
+    """The modules of a package on disk, by dotted name, and the imports between them."""
 
+    def __init__(self, name: str, root: Path) -> None:
+        self.name = name
+        self.modules: dict[str, Path] = {}
+        for path in sorted(root.rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            self.modules[".".join((name, *parts))] = path
 
-def _is_package(module: str) -> bool:
-    return MODULES[module].name == "__init__.py"
+    def imports(self, module: str) -> Iterator[Import]:
+        """Every import `module` can run, relative ones resolved; `from p import m` names the
+        module `p.m` when there is one."""
+        path = self.modules[module]
+        here = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    yield Import(alias.name, node.lineno)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                names = tuple(alias.name for alias in node.names)
+                yield Import(base, node.lineno, names)
+            elif (
+                isinstance(node, ast.Call)
+                and _called(node.func) in ("lazy_import", "import_module")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                yield Import(node.args[0].value, node.lineno)
 
+    def runs(self, importer: str, found: Import) -> set[str]:
+        """The modules of the package that `found` needs to have run.
 
-class Import:
-    """One import in a module: what it names, where, and the names taken `from` it."""
+        Importing `a.b.c` runs `a.b` and `a.b.c`; the packages `importer` is inside are running
+        already, and `from a.b import m` of a module `m` asks nothing of `a.b`'s own code. But
+        `from a.b import name` of a name needs `a.b` to have defined it, wherever it is asked.
+        """
+        modules = {f"{found.module}.{n}" for n in found.names} & self.modules.keys()
+        needs_names = len(modules) < len(found.names)
+        needed = set()
+        for target in modules or {found.module}:
+            parts = target.split(".")
+            for end in range(1, len(parts) + 1):
+                name = ".".join(parts[:end])
+                inside = importer == name or importer.startswith(name + ".")
+                if name in self.modules and not inside:
+                    needed.add(name)
+        if needs_names and found.module in self.modules and found.module != importer:
+            needed.add(found.module)
+        return needed
 
-    def __init__(self, module: str, line: int, names: tuple[str, ...] = ()) -> None:
-        self.module, self.line, self.names = module, line, names
-
-
-def _imports(module: str) -> Iterator[Import]:
-    """Every import `module` can run, with relative ones resolved."""
-    tree = ast.parse(MODULES[module].read_text(), str(MODULES[module]))
-    here = module if _is_package(module) else module.rpartition(".")[0]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield Import(alias.name, node.lineno)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = here.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, *([base] if base else [])])
-            names = tuple(alias.name for alias in node.names)
-            yield Import(base, node.lineno, names)
-            for name in names:  # `from sglpatch import diff` imports the module sglpatch.diff
-                if f"{base}.{name}" in MODULES:
-                    yield Import(f"{base}.{name}", node.lineno)
-        elif (
-            isinstance(node, ast.Call)
-            and _called(node.func) in ("lazy_import", "import_module")
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-        ):
-            yield Import(node.args[0].value, node.lineno)
+    def graph(self) -> dict[str, dict[str, int]]:
+        """Each module -> the modules of the package it needs run, each with a line."""
+        graph: dict[str, dict[str, int]] = {}
+        for module in self.modules:
+            edges: dict[str, int] = {}
+            for found in self.imports(module):
+                for name in self.runs(module, found):
+                    edges.setdefault(name, found.line)
+            graph[module] = edges
+        return graph
 
 
 def _called(func: ast.expr) -> str | None:
@@ -100,28 +129,8 @@ def _called(func: ast.expr) -> str | None:
     return None
 
 
-def _runs(importer: str, imported: str) -> set[str]:
-    """The modules of the package that importing `imported` from `importer` runs: it and the
-    packages above it that `importer` is not inside (those are running already)."""
-    parts = imported.split(".")
-    found = set()
-    for end in range(2, len(parts) + 1):
-        name = ".".join(parts[:end])
-        if name in MODULES and not (importer == name or importer.startswith(name + ".")):
-            found.add(name)
-    return found
-
-
-def _graph() -> dict[str, dict[str, int]]:
-    """Each module of the package -> the modules of the package it imports, with a line."""
-    graph: dict[str, dict[str, int]] = {}
-    for module in MODULES:
-        edges: dict[str, int] = {}
-        for found in _imports(module):
-            for name in _runs(module, found.module):
-                edges.setdefault(name, found.line)
-        graph[module] = edges
-    return graph
+SGLPATCH = Package(PACKAGE, ROOT)
+MODULES = SGLPATCH.modules
 
 
 def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
@@ -188,15 +197,41 @@ def _shown(graph: dict[str, dict[str, int]], cycle: list[str]) -> str:
 
 
 def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
-    """The reader itself: module level, in a function, lazy, `from . import`, parents run."""
-    graph = _graph()
-    assert "sglpatch.store.ledger" in graph["sglpatch.store"]  # `from sglpatch.store.ledger ...`
-    assert "sglpatch.diff" in graph["sglpatch.api.apply"]  # `from sglpatch import diff`
-    assert "sglpatch.cst_tools" in graph["sglpatch.patch"]  # lazy_import("sglpatch.cst_tools")
-    assert "sglpatch.store" in graph["sglpatch.cli.errors"]  # inside a function
-    assert "sglpatch.store" in graph["sglpatch.api.common"]  # a parent package runs first
-    assert "sglpatch.store" not in graph["sglpatch.store.journal"]  # ... unless it is running
-    cycle = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3}, "d": {"a": 4}}
+    """The reader itself, on a small package: every way of importing, and what each runs."""
+    files = {
+        "__init__.py": "",
+        "low.py": "",
+        "lazy_user.py": "from pkg.lazy import lazy_import\nx = lazy_import('pkg.low')\n",
+        "typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.low\n",
+        "late.py": "def f():\n    from pkg import low\n    return low\n",
+        "sub/__init__.py": "from . import a\nNAME = 1\n",
+        "sub/a.py": "from .. import low\nfrom . import b\n",
+        "sub/b.py": "",
+        "sub/c.py": "from pkg.sub import NAME\n",
+        "user.py": "import pkg.sub.b\n",
+    }
+    for name, text in files.items():
+        (tmp_path / "pkg" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "pkg" / name).write_text(text)
+    graph = Package("pkg", tmp_path / "pkg").graph()
+    assert graph["pkg.lazy_user"] == {"pkg.low": 2}  # named to lazy_import (pkg.lazy: not ours)
+    assert graph["pkg.typed"] == {"pkg.low": 3}  # under TYPE_CHECKING
+    assert graph["pkg.late"] == {"pkg.low": 2}  # inside a function
+    assert graph["pkg.sub"] == {"pkg.sub.a": 1}  # `from . import a`: the module
+    assert graph["pkg.sub.a"] == {"pkg.low": 1, "pkg.sub.b": 2}  # its package runs already
+    assert graph["pkg.sub.c"] == {"pkg.sub": 1}  # a name: the package's own code must run
+    assert graph["pkg.user"] == {"pkg.sub": 1, "pkg.sub.b": 1}  # the package runs first
+    assert _cycles(graph) == []
+    (tmp_path / "pkg" / "sub" / "__init__.py").write_text("from .c import *\nNAME = 1\n")
+    graph = Package("pkg", tmp_path / "pkg").graph()
+    assert _cycles(graph) == [["pkg.sub", "pkg.sub.c", "pkg.sub"]]
+    assert _shown(graph, ["pkg.sub", "pkg.sub.c", "pkg.sub"]) == (
+        "pkg.sub (line 1) -> pkg.sub.c (line 1) -> pkg.sub"
+    )
+
+
+def test_cycles_are_found_and_named() -> None:
+    cycle = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3, "b": 5}, "d": {"a": 4}}
     assert _cycles(cycle) == [["a", "b", "c", "a"]]
     assert _cycles({"a": {"a": 1}}) == [["a", "a"]]
     assert _cycles({"a": {"b": 1}, "b": {}}) == []
@@ -213,7 +248,7 @@ def test_no_import_cycle(where: str) -> None:
     Cycles through `doctor/` and `api/doctor.py` are reported apart: that wing is being
     restructured on its own.
     """
-    graph = _graph()
+    graph = SGLPATCH.graph()
     cycles = [c for c in _cycles(graph) if any(_in_doctor(m) for m in c) == (where == "doctor")]
     assert not cycles, "import cycles:\n" + "\n".join(_shown(graph, c) for c in cycles)
 
@@ -233,7 +268,7 @@ def test_the_ledgers_public_face_is_what_the_store_exports() -> None:
 def test_api_uses_only_the_ledgers_public_face(module: str) -> None:
     """`api/` asks the ledger to record a change; how and where it is written is `store/`'s."""
     wrong = []
-    for found in _imports(module):
+    for found in SGLPATCH.imports(module):
         if found.module.startswith(f"{PACKAGE}.store."):
             wrong.append(f"line {found.line}: imports {found.module}")
         elif found.module == f"{PACKAGE}.store":
@@ -253,7 +288,7 @@ def test_cli_imports_no_libcst_and_no_git(module: str) -> None:
     """The terminal's side parses, calls the API and prints: the engine's libraries stay below."""
     wrong = [
         f"line {found.line}: {found.module}"
-        for found in _imports(module)
+        for found in SGLPATCH.imports(module)
         if found.module.split(".")[0] in ("libcst", "git")
         or found.module in (f"{PACKAGE}.cst_tools", f"{PACKAGE}.store.git")
     ]
