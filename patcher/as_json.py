@@ -1,4 +1,4 @@
-"""Each command's result as plain JSON-ready data: the schemas the README documents."""
+"""Each command's result as plain JSON-ready data: the schemas docs/json.md documents."""
 
 from __future__ import annotations
 

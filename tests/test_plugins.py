@@ -1,6 +1,6 @@
 """Third-party patches: from --catalog DIR and from an installed package's entry points.
 
-The plugin used here is the README's "Write your own patch" example, read from the README.
+The plugin used here is the example of docs/writing-patches.md, read from that page.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from sglpatch.cli import app
 from sglpatch.errors import ExitCode
 from tests.support import proofs
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "writing-patches.md"
 SIZES = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
 
 
-def readme_example() -> str:
-    text = README.read_text(encoding="utf-8")
+def docs_example() -> str:
+    text = PAGE.read_text(encoding="utf-8")
     match = re.search(r"<!-- example: plugin -->\n```python\n(.*?)```", text, re.DOTALL)
-    assert match, "the README lost its plugin example"
+    assert match, "docs/writing-patches.md lost its plugin example"
     return match.group(1)
 
 
@@ -34,12 +34,12 @@ def readme_example() -> str:
 def catalog(tmp_path: Path) -> Path:
     folder = tmp_path / "my-patches"
     folder.mkdir()
-    (folder / "sm110_symm_mem_sizes.py").write_text(readme_example())
+    (folder / "sm110_symm_mem_sizes.py").write_text(docs_example())
     return folder
 
 
 @pytest.mark.wheel
-def test_the_readme_example_from_a_catalog_folder(
+def test_the_docs_example_from_a_catalog_folder(
     runner: CliRunner, site_059: Path, catalog: Path
 ) -> None:
     listing = runner.invoke(app, ["list", "--catalog", str(catalog)]).stdout
@@ -68,7 +68,7 @@ def test_an_installed_plugin_is_found_by_its_entry_point(tmp_path: Path) -> None
     package = site / "thor_patches"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "sm110_symm_mem_sizes.py").write_text(readme_example())
+    (package / "sm110_symm_mem_sizes.py").write_text(docs_example())
     info = site / "thor_patches-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: thor-patches\nVersion: 1.0\n")

@@ -48,20 +48,53 @@ def test_the_test_command_says_what_it_downloads() -> None:
         assert abs(total - said) <= said / 10, total
 
 
-def test_the_patch_table_has_one_row_per_patch_with_its_upstream_fix() -> None:
-    from sglpatch import catalogue
-
+def patch_table() -> dict[str, list[str]]:
+    """The README's patch table: id -> its other cells."""
     table = README.split("## The patches")[1].split("\n## ")[0]
-    rows = {
-        cells[0].strip("` "): cells[-1].strip()
+    return {
+        cells[0].strip("` "): cells[1:]
         for line in table.splitlines()
         if line.startswith("| `") and (cells := [c.strip() for c in line.strip("|").split("|")])
     }
+
+
+DASH = "\N{EN DASH}"
+
+
+def releases_cell(releases: list[str]) -> str:
+    """Runs of consecutive releases (in the order the tests know them) as `a DASH b, c` (DASH: the en dash the README writes)."""
+    runs: list[list[str]] = []
+    for release in releases:
+        at = wheels.RELEASES.index(release)
+        if runs and wheels.RELEASES.index(runs[-1][-1]) == at - 1:
+            runs[-1].append(release)
+        else:
+            runs.append([release])
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]} {DASH} {r[-1]}" for r in runs)
+
+
+def test_the_patch_table_is_the_catalogue() -> None:
+    """One row per patch: where `list --release` says it applies, its description, and the
+    release that fixed it upstream."""
+    from sglpatch import api, catalogue
+
+    rows = patch_table()
     patches = {p.id: p for p in catalogue.load()}
     assert rows.keys() == patches.keys()
-    for patch_id, upstream in rows.items():
-        fixed = patches[patch_id].fixed_upstream_in
-        if fixed is None:
-            assert upstream == "none yet", patch_id
-        else:
-            assert upstream.startswith(str(fixed)), (patch_id, upstream, fixed)
+    applies: dict[str, list[str]] = {p: [] for p in patches}
+    for release in wheels.RELEASES:
+        for row in api.list_patches(release):
+            if row.outlook == "applies":
+                applies[row.id].append(release)
+    for patch_id, (releases, what, upstream) in rows.items():
+        patch = patches[patch_id]
+        assert releases == releases_cell(applies[patch_id]), patch_id
+        assert what == patch.description, patch_id
+        fixed = patch.fixed_upstream_in
+        assert upstream == ("none yet" if fixed is None else str(fixed)), patch_id
+
+
+def test_the_releases_cell_joins_runs() -> None:
+    first, second, third, *_ = wheels.RELEASES
+    assert releases_cell([first, second, third]) == f"{first} {DASH} {third}"
+    assert releases_cell([first, third]) == f"{first}, {third}"

@@ -1,4 +1,4 @@
-"""Finding the target and its release, on every layout the README names."""
+"""Finding the target and its release, on every layout docs/commands.md names."""
 
 from __future__ import annotations
 
