@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support import parsing, syntax, wheels
+from tests.support.releases import SEED
 
 # The user's own home, before the session moves HOME away from it (see `_isolate_the_session`).
 REAL_HOME = Path.home()
@@ -143,4 +144,4 @@ def snapshot(root: Path) -> dict[str, bytes]:
 @pytest.fixture
 def site_059(tmp_path: Path) -> Iterator[Path]:
     """A site-packages holding the real SGLang 0.5.9's patch targets."""
-    yield wheels.site_packages("0.5.9", tmp_path / "site-packages", wheels.patch_targets("0.5.9"))
+    yield wheels.site_packages(SEED, tmp_path / "site-packages", wheels.patch_targets(SEED))

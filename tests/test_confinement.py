@@ -100,7 +100,7 @@ def test_a_path_that_leaves_only_on_some_release_is_refused_at_plan_time(
     """target_file depends on the release: the load-time probe cannot see every one."""
     site = wheels.site_packages(SEED, tmp_path / "site", [KIMI])
     (tmp_path / "outside.py").write_text("x = 1\n")
-    where = '"../../outside.py" if release == Version("0.5.9") else "srt/models/kimi_k25.py"'
+    where = f'"../../outside.py" if release == Version("{SEED}") else "srt/models/kimi_k25.py"'
     catalog = plugin(tmp_path / "plugins", where)
     assert "marker" in {p.id for p in catalogue.load(catalog)}  # 0.5.3 probes fine
     before = everything(tmp_path)

@@ -27,6 +27,7 @@ from sglpatch.doctor.source_tree import Source
 from sglpatch.errors import CatalogueError, ExitCode
 from sglpatch.results import Applied
 from tests.support import wheels
+from tests.support.releases import SEED
 
 KIMI = "KimiK25ForConditionalGeneration"
 KIMI_PATCH = "kimi-k25-eagle3-interface"
@@ -36,7 +37,7 @@ KIMI_PATCH = "kimi-k25-eagle3-interface"
 def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Whole releases, extracted once per session (4,700 files each for the newest)."""
     folder = tmp_path_factory.mktemp("doctor-trees")
-    return {r: wheels.full_tree(r, folder / r) for r in ("0.5.9", "0.5.10", "0.5.23")}
+    return {r: wheels.full_tree(r, folder / r) for r in (SEED, "0.5.10", "0.5.23")}
 
 
 @pytest.fixture(scope="session")
@@ -91,7 +92,7 @@ def finding_at(report: dict[str, Any], file: str, code: str) -> list[dict[str, A
 
 @pytest.mark.wheel
 def test_0_5_9_kimi_has_blockers_all_fixed_by_apply(trees: dict[str, Path], tmp_path: Path) -> None:
-    code, report = run_doctor(trees["0.5.9"], "--model", KIMI)
+    code, report = run_doctor(trees[SEED], "--model", KIMI)
     assert code == ExitCode.GAPS and not report["ready"]
     assert report["verdict"].startswith(f"capability 12 + EAGLE-3 on {KIMI} (SGLang 0.5.9): ")
     assert report["verdict"].endswith("fixed by `sglpatch apply`")
@@ -105,7 +106,7 @@ def test_0_5_9_kimi_has_blockers_all_fixed_by_apply(trees: dict[str, Path], tmp_
     catalog = {p.id: p for p in catalogue.load()}
     sources = {b["source"] for b in blockers} - {KIMI}
     listed = sorted(accounted(report) - {KIMI})
-    assert set(listed) == pending_patches(trees["0.5.9"], tmp_path / "ledger")
+    assert set(listed) == pending_patches(trees[SEED], tmp_path / "ledger")
     assert len(listed) == len(accounted(report, unique=False)) - 1  # each patch once
     assert [b["source"] for b in report["opt_in"]] == ["sm120-symm-mem-sizes"]
     assert "sm120-symm-mem-two-shot" in {b["source"] for b in report["tables"]}
@@ -115,7 +116,7 @@ def test_0_5_9_kimi_has_blockers_all_fixed_by_apply(trees: dict[str, Path], tmp_
 
 @pytest.mark.wheel
 def test_0_5_9_kimi_is_ready_after_apply(applied: dict[str, Path]) -> None:
-    result = CliRunner().invoke(app, ["doctor", "--target", str(applied["0.5.9"]), "--model", KIMI])
+    result = CliRunner().invoke(app, ["doctor", "--target", str(applied[SEED]), "--model", KIMI])
     assert result.exit_code == 0, result.stdout
     first = result.stdout.splitlines()[0]
     assert first == f"capability 12 + EAGLE-3 on {KIMI} (SGLang 0.5.9): ready"
@@ -141,7 +142,7 @@ def test_later_releases_kimi_has_its_methods_and_apply_clears_the_rest(
 
 @pytest.mark.wheel
 def test_strict_makes_suspects_blockers(applied: dict[str, Path]) -> None:
-    code, report = run_doctor(applied["0.5.9"], "--model", KIMI, "--strict")
+    code, report = run_doctor(applied[SEED], "--model", KIMI, "--strict")
     assert code == ExitCode.GAPS and report["strict"]
     assert len(report["blockers"]) == len(report["suspects"]) > 0
 
@@ -151,7 +152,7 @@ def test_strict_makes_suspects_blockers(applied: dict[str, Path]) -> None:
 
 @pytest.fixture(scope="session")
 def report_059(trees: dict[str, Path]) -> dict[str, Any]:
-    return run_doctor(trees["0.5.9"])[1]
+    return run_doctor(trees[SEED])[1]
 
 
 @pytest.mark.wheel
@@ -213,7 +214,7 @@ def test_0_5_9_failing_gates_are_reported_with_why(
 @pytest.mark.wheel
 def test_0_5_9_llama4_gets_triton_not_intel_xpu(trees: dict[str, Path]) -> None:
     """`elif self.device == "xpu":` is false on NVIDIA: 12 falls through to triton."""
-    path = trees["0.5.9"] / "sglang/srt/server_args.py"
+    path = trees[SEED] / "sglang/srt/server_args.py"
     found = scanner.scan_bytes(path.read_bytes(), "sglang/srt/server_args.py", HELPERS)
     (llama4,) = [f for f in found if '"trtllm_mha", "sm100"' in f.like]
     assert '"triton", "other platforms"' in llama4.gets and "intel_xpu" not in llama4.gets
@@ -279,7 +280,7 @@ def test_model_by_architecture_stem_or_checkpoint(trees: dict[str, Path], tmp_pa
     checkpoint = tmp_path / "Kimi-K2.5"
     checkpoint.mkdir()
     (checkpoint / "config.json").write_text(json.dumps({"architectures": [KIMI]}))
-    site = trees["0.5.9"]
+    site = trees[SEED]
     by_name = run_doctor(site, "--model", KIMI)[1]
     by_stem = run_doctor(site, "--model", "kimi_k25")[1]
     by_path = run_doctor(site, "--model-path", str(checkpoint))[1]
@@ -289,7 +290,7 @@ def test_model_by_architecture_stem_or_checkpoint(trees: dict[str, Path], tmp_pa
 
 @pytest.mark.wheel
 def test_a_near_miss_suggests_model_files_and_classes(trees: dict[str, Path]) -> None:
-    result = CliRunner().invoke(app, ["doctor", "-t", str(trees["0.5.9"]), "--model", "kimi-k2.5"])
+    result = CliRunner().invoke(app, ["doctor", "-t", str(trees[SEED]), "--model", "kimi-k2.5"])
     assert result.exit_code == ExitCode.USAGE
     assert "did you mean" in result.stderr
     assert "kimi_k25" in result.stderr and KIMI in result.stderr
@@ -300,7 +301,7 @@ def test_a_new_call_in_the_worker_is_a_new_requirement(
     trees: dict[str, Path], tmp_path: Path
 ) -> None:
     site = tmp_path / "site"
-    shutil.copytree(trees["0.5.9"], site)
+    shutil.copytree(trees[SEED], site)
     worker = site / "sglang" / "srt" / "speculative" / "eagle_worker.py"
     text = worker.read_text()
     anchor = "        embed, head = self.target_worker.model_runner.model.get_embed_and_head()\n"
@@ -333,7 +334,7 @@ def write(path: Path, text: str) -> None:
 def tiny_tree(root: Path, with_method: bool) -> Path:
     package = root / "site" / "sglang"
     write(package / "__init__.py", "")
-    write(package / "_version.py", '__version__ = "0.5.9"\n')  # unknown is not ready
+    write(package / "_version.py", f'__version__ = "{SEED}"\n')  # unknown is not ready
     write(
         package / "srt" / "speculative" / "eagle_worker.py",
         """
@@ -554,7 +555,7 @@ def test_a_patch_covers_the_finding_its_change_removes(tmp_path: Path) -> None:
         package / "srt/distributed/device_communicators/all_reduce_utils.py",
         "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {9: {2: 1}, 10: {2: 2}}\n",
     )
-    version = Version("0.5.9")
+    version = Version(SEED)
     checks = coverage.check(package, version, catalogue.load())
     findings = scanner.scan(Source(package), HELPERS)
     covered = coverage.covered_by(
@@ -574,7 +575,7 @@ def test_coverage_refuses_a_patch_path_that_leaves_the_package(
     monkeypatch.setattr(patch, "target_file", lambda release: "../outside.py")
     monkeypatch.setattr(patch, "fixed_upstream", lambda release: False)
     with pytest.raises(CatalogueError, match=r"\.\./outside\.py"):
-        coverage.check(package, Version("0.5.9"), [patch])
+        coverage.check(package, Version(SEED), [patch])
 
 
 def started_scan(source: Source, workers: pool.Pool) -> scanner.Scan:
@@ -596,7 +597,7 @@ needs_pool = pytest.mark.skipif(
 def test_the_scan_shared_with_worker_processes_equals_the_scan_in_one(
     trees: dict[str, Path],
 ) -> None:
-    source = Source(trees["0.5.9"] / "sglang")
+    source = Source(trees[SEED] / "sglang")
     with pool.Pool() as workers:
         shared = started_scan(source, workers)
         assert workers.executor is not None
@@ -724,7 +725,7 @@ def test_git_grep_that_names_files_from_the_repository_top_is_not_used(tmp_path:
 def test_a_scan_whose_pool_cannot_start_runs_here(
     trees: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    source = Source(trees["0.5.9"] / "sglang")
+    source = Source(trees[SEED] / "sglang")
     expected = scanner.scan(source, devices.helpers_of(source))
 
     def no_process(*args: object, **kwargs: object) -> None:
@@ -753,7 +754,7 @@ def test_a_scan_whose_workers_die_finishes_in_the_caller(trees: dict[str, Path])
 @pytest.mark.wheel
 @needs_pool
 def test_a_scan_left_early_stops_its_workers(trees: dict[str, Path]) -> None:
-    source = Source(trees["0.5.9"] / "sglang")
+    source = Source(trees[SEED] / "sglang")
     with pytest.raises(KeyError), pool.Pool() as workers:  # the work beside the scan raised
         started_scan(source, workers)
         assert workers.executor is not None

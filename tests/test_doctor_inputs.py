@@ -25,6 +25,7 @@ from sglpatch.cli import app
 from sglpatch.doctor import pool
 from sglpatch.errors import ExitCode
 from tests.support import wheels
+from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
 
@@ -78,7 +79,7 @@ def test_a_release_that_cannot_be_read_is_exit_2_unless_given(
     code, out, err = doctor(runner, site_059)
     assert code == ExitCode.USAGE and out == ""
     one_line_error(err, "cannot tell which SGLang release", "--release")
-    code, out, err = doctor(runner, site_059, "--release", "0.5.9")
+    code, out, err = doctor(runner, site_059, "--release", SEED)
     assert code == ExitCode.GAPS, err
     assert out.startswith("capability 12 (SGLang 0.5.9): ")
     code, _, err = doctor(runner, site_059, "--release", "0.5.x")
@@ -89,7 +90,7 @@ def test_a_release_that_cannot_be_read_is_exit_2_unless_given(
 def test_a_mismatched_release_is_refused(runner: CliRunner, site_059: Path) -> None:
     code, _, err = doctor(runner, site_059, "--release", "0.5.10")
     assert code == ExitCode.REFUSED
-    one_line_error(err, "0.5.10", "0.5.9")
+    one_line_error(err, "0.5.10", SEED)
 
 
 @pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs Linux's /proc")
@@ -250,7 +251,7 @@ def _processes_with(marker: str) -> list[int]:
 @pytest.fixture
 def whole_059(tmp_path: Path) -> Path:
     """The whole real 0.5.9 (1,000 files and more): doctor opens its worker processes."""
-    return wheels.full_tree("0.5.9", tmp_path / "whole")
+    return wheels.full_tree(SEED, tmp_path / "whole")
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux's /proc")

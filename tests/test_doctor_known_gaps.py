@@ -23,6 +23,7 @@ from sglpatch.errors import ExitCode
 from sglpatch.patches.sm120_dsa_backends import DSA_ARCHITECTURES
 from sglpatch.patches.sm120_dsa_indexer_fallback import TARGET as INDEXER_FALLBACK
 from tests.support import wheels
+from tests.support.releases import SEED
 
 DSA_GAP = next(g for g in GAPS if g.id == "dsa-indexer-deep-gemm")
 NVFP4_NOTE = next(g for g in GAPS if g.id == "nvfp4-moe-cutlass-gb10")
@@ -33,7 +34,7 @@ DEEP_GEMM_LOGITS = re.compile(rb"deep_gemm\.fp8_(?:paged_)?mqa_logits\(")
 
 def test_a_dsa_class_blocks_a_shared_class_is_conditional_others_are_untouched() -> None:
     both = ("12.0", "12.1")
-    on = Version("0.5.9")
+    on = Version(SEED)
     assert known_gaps.known(on, {V32}, both).blockers == (DSA_GAP,)
     assert known_gaps.known(on, {V3}, both).conditional == (DSA_GAP,)
     assert known_gaps.known(on, {"LlamaForCausalLM"}, both) == known_gaps.Known()
@@ -86,7 +87,7 @@ def test_the_dsa_gap_holds_where_the_indexer_calls_deep_gemm_and_no_patch_takes_
 
 @pytest.mark.wheel
 def test_doctor_does_not_call_a_dsa_model_ready_on_0_5_9_after_apply(tmp_path: Path) -> None:
-    site = wheels.full_tree("0.5.9", tmp_path / "site")
+    site = wheels.full_tree(SEED, tmp_path / "site")
     api.apply(site, None, tmp_path / "ledger")
     runner = CliRunner()
 

@@ -23,6 +23,7 @@ from sglpatch.errors import ExitCode
 from sglpatch.patch import Effect, Patch
 from sglpatch.results import Applied
 from tests.support import wheels
+from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
 
@@ -42,7 +43,7 @@ CATALOG = {p.id: p for p in catalogue.load()}
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("doctor-model")
-    return {r: wheels.full_tree(r, folder / r) for r in ("0.5.9", "0.5.14", "0.5.23")}
+    return {r: wheels.full_tree(r, folder / r) for r in (SEED, "0.5.14", "0.5.23")}
 
 
 def doctor(site: Path, *args: str) -> tuple[int, dict[str, Any]]:
@@ -101,12 +102,12 @@ def test_0_5_23_qwen3_next_blocks_on_its_own_patches_only(trees: dict[str, Path]
 def test_0_5_9_kimi_lists_no_gpt_oss_or_qwen3_next_patch_as_a_blocker(
     trees: dict[str, Path], tmp_path: Path
 ) -> None:
-    code, report = doctor(trees["0.5.9"], "--model", KIMI)
+    code, report = doctor(trees[SEED], "--model", KIMI)
     assert code == ExitCode.GAPS
     blockers = set(ids(report["blockers"])) - {KIMI}
     assert not blockers & NOT_KIMI
     assert set(report["not_for_this_model"]) >= NOT_KIMI
-    assert all(concerns_model(CATALOG[b], {KIMI}, trees["0.5.9"] / KIMI_PY) for b in blockers), (
+    assert all(concerns_model(CATALOG[b], {KIMI}, trees[SEED] / KIMI_PY) for b in blockers), (
         blockers
     )
     # The opt-in communicator is listed apart with its flag, not as a blocker.
@@ -119,7 +120,7 @@ def test_0_5_9_kimi_lists_no_gpt_oss_or_qwen3_next_patch_as_a_blocker(
     listed = [*ids(report["blockers"]), *ids(report["opt_in"]), *ids(report["tables"])]
     listed += report["not_for_this_model"]
     assert sorted(listed) == sorted(set(listed))
-    assert set(listed) - {KIMI} == pending(trees["0.5.9"], tmp_path / "ledger")
+    assert set(listed) - {KIMI} == pending(trees[SEED], tmp_path / "ledger")
 
 
 @pytest.mark.parametrize(
@@ -146,9 +147,9 @@ def test_symm_mem_sizes_blocks_only_where_it_changes_the_run(
 
 def test_a_known_quantization_keeps_only_its_own_patches(trees: dict[str, Path]) -> None:
     """With the checkpoint's quantization known, an fp8 patch blocks an fp8 Kimi only."""
-    package = trees["0.5.9"] / "sglang"
+    package = trees[SEED] / "sglang"
     patches = catalogue.load()
-    release = Version("0.5.9")
+    release = Version(SEED)
     int4 = verdict.diagnose(package, release, patches, KIMI, quantization="compressed-tensors")
     fp8 = verdict.diagnose(package, release, patches, KIMI, quantization="fp8")
     fp8_patches = {p.id for p in patches if p.concerns.quantization == ("fp8",)}
@@ -160,12 +161,12 @@ def test_a_known_quantization_keeps_only_its_own_patches(trees: dict[str, Path])
 
 
 def test_default_output_is_short_and_verbose_lists_every_suspect(trees: dict[str, Path]) -> None:
-    site = str(trees["0.5.9"])
+    site = str(trees[SEED])
     short = CliRunner().invoke(app, ["doctor", "--target", site, "--model", KIMI])
     long = CliRunner().invoke(app, ["doctor", "--target", site, "--model", KIMI, "--verbose"])
     assert short.exit_code == long.exit_code == ExitCode.GAPS
     assert short.stdout.splitlines()[0] == long.stdout.splitlines()[0]
-    _, report = doctor(trees["0.5.9"], "--model", KIMI)
+    _, report = doctor(trees[SEED], "--model", KIMI)
     places = [f"  {s['file']}:{s['line']}: " for s in report["suspects"]]
     assert places and not any(p in short.stdout for p in places)
     assert all(p in long.stdout for p in places)
@@ -178,7 +179,7 @@ def test_default_output_is_short_and_verbose_lists_every_suspect(trees: dict[str
 
 
 def test_json_keeps_every_key_and_adds_the_new_lists(trees: dict[str, Path]) -> None:
-    _, report = doctor(trees["0.5.9"], "--model", KIMI)
+    _, report = doctor(trees[SEED], "--model", KIMI)
     before = {
         "release", "target", "found_by", "also_found", "verdict", "ready", "strict", "model",
         "blockers", "eagle3", "suspects", "refusals", "not_judged", "kernels", "kernels_from",

@@ -20,6 +20,7 @@ from sglpatch import catalogue
 from sglpatch.cli import app
 from sglpatch.doctor import coverage, pool
 from tests.support import wheels
+from tests.support.releases import SEED
 
 KIMI = "KimiK25ForConditionalGeneration"
 needs_pool = pytest.mark.skipif(pool.usable_cores() < 2, reason="one core: no pool")
@@ -27,14 +28,14 @@ needs_pool = pytest.mark.skipif(pool.usable_cores() < 2, reason="one core: no po
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return wheels.full_tree("0.5.9", tmp_path_factory.mktemp("pool") / "0.5.9")
+    return wheels.full_tree(SEED, tmp_path_factory.mktemp("pool") / SEED)
 
 
 @pytest.mark.wheel
 @needs_pool
 def test_a_worker_answers_what_the_checks_here_find(tree: Path) -> None:
     patches = catalogue.load()
-    release = Version("0.5.9")
+    release = Version(SEED)
     with pool.Pool() as workers:
         assert workers.start(pool.SMALL)
         assert workers.executor is not None

@@ -24,8 +24,9 @@ from sglpatch.patch import (
 )
 from sglpatch.results import Applied, Failed
 from sglpatch.target import find_target
+from tests.support.releases import SEED
 
-RELEASE = Version("0.5.9")
+RELEASE = Version(SEED)
 
 SOURCE = b'''\
 """A module shaped like SGLang's passes."""

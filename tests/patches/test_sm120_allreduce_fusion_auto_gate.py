@@ -27,7 +27,7 @@ from sglpatch.patches.sm120_allreduce_fusion_auto_gate import (
     TARGET,
     Sm120AllreduceFusionAutoGate,
 )
-from sglpatch.results import AlreadyApplied, Applied
+from sglpatch.results import AlreadyApplied
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
@@ -133,17 +133,6 @@ def auto_enabled(
     return False
 
 
-@cache
-def patched(release: str) -> bytes:
-    name = path(release)
-    change, outcomes = engine.transform_source(
-        wheels.member(release, name), name, [PATCH], Version(release)
-    )
-    assert isinstance(outcomes[PATCH.id], Applied), outcomes[PATCH.id]
-    assert change is not None
-    return change.after
-
-
 def _unpatched_sm120(release: str) -> set[str]:
     """The models whose fusion unpatched `release` turns on at capability 12 (read off the wheels)."""
     return set(ARCHITECTURES) if release == "0.5.7" else {"GptOssForCausalLM"}
@@ -167,7 +156,9 @@ def test_unpatched_capability_12_turns_on_a_fusion_that_does_not_build_there(
 def test_patched_capability_12_decides_what_0_5_8_decides(release: str, architecture: str) -> None:
     fixed = wheels.member(FIXED, path(FIXED))
     for capability in stand_ins.SM120:
-        decided = auto_enabled(patched(release), release, capability, architecture)
+        decided = auto_enabled(
+            wheels.patched(release, patch=PATCH), release, capability, architecture
+        )
         assert decided == auto_enabled(fixed, FIXED, capability, architecture) is False
 
 
@@ -180,7 +171,9 @@ def test_patched_capability_12_decides_what_0_5_8_decides(release: str, architec
 def test_other_capabilities_decide_exactly_as_before(release: str, given: dict[str, Any]) -> None:
     pristine = wheels.member(release, path(release))
     decided = {
-        (capability, a): auto_enabled(patched(release), release, capability, a, **given)
+        (capability, a): auto_enabled(
+            wheels.patched(release, patch=PATCH), release, capability, a, **given
+        )
         for capability in stand_ins.OTHERS
         for a in ARCHITECTURES
     }

@@ -15,13 +15,12 @@ import ast
 import copy
 import types
 from collections.abc import Mapping
-from functools import cache
 from typing import Any
 
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine, support
+from sglpatch import support
 from sglpatch.patches.sm120_allreduce_fusion_refusal import (
     ADJUSTMENTS,
     FLAG,
@@ -29,7 +28,6 @@ from sglpatch.patches.sm120_allreduce_fusion_refusal import (
     TARGET,
     Sm120AllreduceFusionRefusal,
 )
-from sglpatch.results import Applied
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
@@ -138,17 +136,6 @@ def path(release: str) -> str:
     return f"sglang/{target}"
 
 
-@cache
-def patched(release: str) -> bytes:
-    name = path(release)
-    change, outcomes = engine.transform_source(
-        wheels.member(release, name), name, [PATCH], Version(release)
-    )
-    assert isinstance(outcomes[PATCH.id], Applied), outcomes[PATCH.id]
-    assert change is not None
-    return change.after
-
-
 def _post_init(source: bytes) -> list[ast.stmt]:
     (server_args,) = [
         n
@@ -193,7 +180,7 @@ def _before_the_adjustments(body: list[ast.stmt]) -> bool:
 
 @pytest.mark.parametrize("release", SHAPES)
 def test_patched_12_refuses_the_flag_at_tp_above_1_in_one_line(release: str) -> None:
-    source = patched(release)
+    source = wheels.patched(release, patch=PATCH)
     assert _before_the_adjustments(_post_init(source))
     for capability in stand_ins.SM120:
         assert refused(source, release, capability) == MESSAGE
@@ -205,7 +192,7 @@ def test_patched_12_refuses_the_flag_at_tp_above_1_in_one_line(release: str) -> 
 
 @pytest.mark.parametrize("release", SHAPES)
 def test_other_capabilities_start_as_before(release: str) -> None:
-    source, pristine = patched(release), wheels.member(release, path(release))
+    source, pristine = wheels.patched(release, patch=PATCH), wheels.member(release, path(release))
     for capability in stand_ins.OTHERS:
         for asked in (True, False):
             assert refused(source, release, capability, asked) is None

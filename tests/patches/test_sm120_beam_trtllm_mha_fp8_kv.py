@@ -21,9 +21,8 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine, support
+from sglpatch import support
 from sglpatch.patches.sm120_beam_trtllm_mha_fp8_kv import OVERRIDE, Sm120BeamTrtllmMhaFp8Kv
-from sglpatch.results import Applied
 from tests.patches import test_sm120_default_mha_trtllm_gate as defaults
 from tests.patches.test_sm120_step3_fa4_fallback import _not_set
 from tests.support import stand_ins_moe as stand_ins
@@ -180,17 +179,6 @@ def pool_dtype(release: str, kv_cache: str) -> str:
     return dtype
 
 
-@cache
-def patched(release: str) -> bytes:
-    name = path(release)
-    change, outcomes = engine.transform_source(
-        wheels.member(release, name), name, [PATCH], Version(release)
-    )
-    assert isinstance(outcomes[PATCH.id], Applied), outcomes[PATCH.id]
-    assert change is not None
-    return change.after
-
-
 @pytest.mark.parametrize("kv_cache", sorted(KV_CACHES))
 @pytest.mark.parametrize("release", AFFECTED)
 def test_unpatched_beam_gives_12_trtllm_mha_whatever_the_kv_cache(
@@ -267,7 +255,7 @@ def test_off_sm100_the_release_prefills_an_fp8_kv_cache_with_flashinfer(release:
 def test_patched_12_with_an_fp8_kv_cache_gets_the_release_default_and_starts(
     release: str, kv_cache: str, flashinfer: bool
 ) -> None:
-    source = patched(release)
+    source = wheels.patched(release, patch=PATCH)
     default = wheels.member(release, defaults.path(release))
     for capability in stand_ins.SM120:
         assert override(source, release, capability, kv_cache) is None
@@ -283,7 +271,11 @@ def test_patched_12_with_a_16_bit_kv_cache_keeps_trtllm_mha(release: str, kv_cac
     pristine = wheels.member(release, path(release))
     for capability in stand_ins.SM120:
         before = override(pristine, release, capability, kv_cache)
-        assert override(patched(release), release, capability, kv_cache) == before == "trtllm_mha"
+        assert (
+            override(wheels.patched(release, patch=PATCH), release, capability, kv_cache)
+            == before
+            == "trtllm_mha"
+        )
         assert starts(release, capability, "trtllm_mha", kv_cache)
 
 
@@ -292,9 +284,9 @@ def test_patched_12_with_a_16_bit_kv_cache_keeps_trtllm_mha(release: str, kv_cac
 def test_other_capabilities_choose_exactly_what_they_chose(release: str, kv_cache: str) -> None:
     pristine = wheels.member(release, path(release))
     for capability in stand_ins.OTHERS:
-        assert choice(patched(release), release, capability, kv_cache) == choice(
-            pristine, release, capability, kv_cache
-        )
+        assert choice(
+            wheels.patched(release, patch=PATCH), release, capability, kv_cache
+        ) == choice(pristine, release, capability, kv_cache)
 
 
 def test_before_0_5_23_there_is_no_beam_override() -> None:

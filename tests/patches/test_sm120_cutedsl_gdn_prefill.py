@@ -12,9 +12,7 @@ from unittest import mock
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.patches.sm120_cutedsl_gdn_prefill import OURS, UPSTREAM, Sm120CutedslGdnPrefill
-from sglpatch.results import Applied
 from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
 
@@ -45,15 +43,6 @@ def gate(source: bytes, name: str) -> Callable[[tuple[int, int]], bool]:
     return run
 
 
-def patched(release: str) -> bytes:
-    change, outcomes = engine.transform_source(
-        wheels.member(release, KERNEL), KERNEL, [PATCH], Version(release)
-    )
-    assert isinstance(outcomes[PATCH.id], Applied), outcomes[PATCH.id]
-    assert change is not None
-    return change.after
-
-
 @pytest.mark.parametrize("release", APPLIED)
 def test_the_gate_decides_whether_the_kernel_serves_prefill(release: str) -> None:
     # The helper is what `CuteDSLGDNKernel.supports_prefill` is set from; capability 12 passes it.
@@ -67,7 +56,7 @@ def test_the_gate_decides_whether_the_kernel_serves_prefill(release: str) -> Non
 def test_capability_12_is_kept_off_like_the_fixing_release(
     release: str, capability: tuple[int, int]
 ) -> None:
-    ours = gate(patched(release), OURS)(capability)
+    ours = gate(wheels.patched(release, patch=PATCH), OURS)(capability)
     upstream = gate(wheels.member(FIXED, KERNEL), UPSTREAM)(capability)
     assert ours == upstream is False
 
@@ -75,7 +64,7 @@ def test_capability_12_is_kept_off_like_the_fixing_release(
 @pytest.mark.parametrize("capability", [(8, 9), (9, 0), (10, 0), (10, 3)])
 @pytest.mark.parametrize("release", APPLIED)
 def test_other_capabilities_keep_their_answer(release: str, capability: tuple[int, int]) -> None:
-    ours = gate(patched(release), OURS)(capability)
+    ours = gate(wheels.patched(release, patch=PATCH), OURS)(capability)
     assert ours == gate(wheels.member(release, KERNEL), OURS)(capability)
     assert ours == gate(wheels.member(FIXED, KERNEL), UPSTREAM)(capability)
 

@@ -7,10 +7,8 @@ from collections.abc import Mapping
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.patches.sm120_cutedsl_gdn_prefill import OURS, UPSTREAM
 from sglpatch.patches.sm120_cutedsl_kda_prefill import Sm120CutedslKdaPrefill
-from sglpatch.results import Applied
 from tests.patches.test_sm120_cutedsl_gdn_prefill import gate
 from tests.support import wheels
 from tests.support.matrix import MatrixHooks
@@ -21,15 +19,6 @@ PATCH = Sm120CutedslKdaPrefill()
 KERNEL = "sglang/srt/layers/attention/linear/kernels/kda_cutedsl.py"
 FIXED = "0.5.23"
 APPLIED = ["0.5.14", "0.5.17", "0.5.22"]
-
-
-def patched(release: str) -> bytes:
-    change, outcomes = engine.transform_source(
-        wheels.member(release, KERNEL), KERNEL, [PATCH], Version(release)
-    )
-    assert isinstance(outcomes[PATCH.id], Applied), outcomes[PATCH.id]
-    assert change is not None
-    return change.after
 
 
 @pytest.mark.parametrize("release", APPLIED)
@@ -44,14 +33,14 @@ def test_the_gate_decides_whether_the_kernel_serves_prefill(release: str) -> Non
 def test_capability_12_is_kept_off_like_the_fixing_release(
     release: str, capability: tuple[int, int]
 ) -> None:
-    ours = gate(patched(release), OURS)(capability)
+    ours = gate(wheels.patched(release, patch=PATCH), OURS)(capability)
     assert ours == gate(wheels.member(FIXED, KERNEL), UPSTREAM)(capability) is False
 
 
 @pytest.mark.parametrize("capability", [(8, 9), (9, 0), (10, 0), (10, 3)])
 @pytest.mark.parametrize("release", APPLIED)
 def test_other_capabilities_keep_their_answer(release: str, capability: tuple[int, int]) -> None:
-    ours = gate(patched(release), OURS)(capability)
+    ours = gate(wheels.patched(release, patch=PATCH), OURS)(capability)
     assert ours == gate(wheels.member(release, KERNEL), OURS)(capability)
     assert ours == gate(wheels.member(FIXED, KERNEL), UPSTREAM)(capability)
 

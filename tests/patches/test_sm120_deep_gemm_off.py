@@ -9,14 +9,11 @@ flag exactly as the unpatched code does.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cache
 
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.patches.sm120_deep_gemm_off import CONFIGURER, Sm120DeepGemmOff
-from sglpatch.results import Applied
 from tests.support import wheels
 from tests.support.matrix import MatrixHooks
 from tests.support.stand_ins_gemm import DeepGemm, Machine, configurer_flags
@@ -37,15 +34,6 @@ def configurer(release: Version) -> str:
     path = CONFIGURER.get(release)
     assert path is not None
     return f"sglang/{path}"
-
-
-@cache
-def patched(release: str) -> bytes:
-    version = Version(release)
-    path = configurer(version)
-    change, outcomes = engine.transform_source(wheels.member(release, path), path, [PATCH], version)
-    assert isinstance(outcomes[PATCH.id], Applied) and change is not None
-    return change.after
 
 
 def flags(
@@ -95,7 +83,7 @@ def _common(left: Mapping[str, bool], right: Mapping[str, bool]) -> tuple[dict, 
 def test_capability_12_switches_like_the_first_fixing_release(
     release: str, capability: tuple[int, int], deep_gemm: DeepGemm
 ) -> None:
-    ours = flags(patched(release), release, capability, deep_gemm)
+    ours = flags(wheels.patched(release, patch=PATCH), release, capability, deep_gemm)
     theirs = upstream(FIXED[capability], capability, deep_gemm)
     assert _common(ours, theirs)[0] == _common(ours, theirs)[1]
     assert not ours["ENABLE_JIT_DEEPGEMM"]
@@ -106,7 +94,7 @@ def test_on_0_5_20_an_sm120_deep_gemm_is_used_like_0_5_21_uses_it(
     capability: tuple[int, int],
 ) -> None:
     """0.5.20 already runs an SM120 DeepGEMM on 12.0; patched, 12.1 joins it, as in 0.5.21."""
-    ours = flags(patched("0.5.20"), "0.5.20", capability, "sm120")
+    ours = flags(wheels.patched("0.5.20", patch=PATCH), "0.5.20", capability, "sm120")
     theirs = upstream("0.5.21", capability, "sm120")
     assert ours == theirs
     assert ours["ENABLE_JIT_DEEPGEMM"] and ours["DEEPGEMM_SCALE_UE8M0"]
@@ -122,7 +110,9 @@ def test_before_0_5_20_even_an_sm120_deep_gemm_stays_off(
 
     (0.5.21 would use such a build on 12.1, with SM120 scale formats these releases lack.)
     """
-    assert not flags(patched(release), release, capability, "sm120")["ENABLE_JIT_DEEPGEMM"]
+    assert not flags(wheels.patched(release, patch=PATCH), release, capability, "sm120")[
+        "ENABLE_JIT_DEEPGEMM"
+    ]
 
 
 @pytest.mark.parametrize("release", APPLIED)
@@ -130,7 +120,7 @@ def test_before_0_5_20_even_an_sm120_deep_gemm_stays_off(
 def test_other_capabilities_are_untouched(release: str, capability: tuple[int, int]) -> None:
     pristine = wheels.member(release, configurer(Version(release)))
     for deep_gemm in ALL_BUILDS:
-        assert flags(patched(release), release, capability, deep_gemm) == flags(
+        assert flags(wheels.patched(release, patch=PATCH), release, capability, deep_gemm) == flags(
             pristine, release, capability, deep_gemm
         ), deep_gemm
 

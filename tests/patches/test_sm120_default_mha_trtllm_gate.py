@@ -22,7 +22,7 @@ from packaging.version import Version
 
 from sglpatch import engine, support
 from sglpatch.patches.sm120_default_mha_trtllm_gate import TARGET, Sm120DefaultMhaTrtllmGate
-from sglpatch.results import AlreadyApplied, Applied
+from sglpatch.results import AlreadyApplied
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import wheels
 from tests.support.matrix import MatrixHooks
@@ -198,17 +198,6 @@ def trtllm_mha_starts(release: str, capability: tuple[int, int]) -> bool:
     return True
 
 
-@cache
-def patched(release: str) -> bytes:
-    name = path(release)
-    change, outcomes = engine.transform_source(
-        wheels.member(release, name), name, [PATCH], Version(release)
-    )
-    assert isinstance(outcomes[PATCH.id], Applied), outcomes[PATCH.id]
-    assert change is not None
-    return change.after
-
-
 @pytest.mark.parametrize("architecture", MODELS)
 @pytest.mark.parametrize("release", AFFECTED)
 def test_unpatched_capability_12_gets_trtllm_mha_which_the_release_refuses(
@@ -231,7 +220,9 @@ def test_patched_capability_12_gets_what_0_5_7_gives_it(
 ) -> None:
     fixed = wheels.member(FIXED, path(FIXED))
     for capability in stand_ins.SM120:
-        backend = default_backend(patched(release), release, capability, architecture, flashinfer)
+        backend = default_backend(
+            wheels.patched(release, patch=PATCH), release, capability, architecture, flashinfer
+        )
         upstream = default_backend(fixed, FIXED, capability, architecture, flashinfer)
         assert backend == upstream == ("flashinfer" if flashinfer else "triton")
         assert support.runs_on("attention", backend, capability, release=release) is True
@@ -242,7 +233,9 @@ def test_patched_capability_12_gets_what_0_5_7_gives_it(
 def test_other_capabilities_choose_exactly_what_they_chose(release: str, architecture: str) -> None:
     pristine = wheels.member(release, path(release))
     chosen = {
-        capability: default_backend(patched(release), release, capability, architecture)
+        capability: default_backend(
+            wheels.patched(release, patch=PATCH), release, capability, architecture
+        )
         for capability in stand_ins.OTHERS
     }
     assert chosen == {

@@ -22,14 +22,12 @@ import libcst as cst
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.patches.sm120_diffusion_fa_fallback import (
     FIXED,
     FUNCTION,
     TARGET,
     Sm120DiffusionFaFallback,
 )
-from sglpatch.results import Applied
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import wheels
 from tests.support.matrix import MatrixHooks
@@ -162,16 +160,6 @@ def explicit_fa(release: str) -> str:
     return "FA3" if Version(release) < Version("0.5.5.post3") else "FA"
 
 
-@cache
-def patched(release: str) -> bytes:
-    change, outcomes = engine.transform_source(
-        wheels.member(release, PATH), PATH, [PATCH], Version(release)
-    )
-    assert isinstance(outcomes[PATCH.id], Applied), outcomes[PATCH.id]
-    assert change is not None
-    return change.after
-
-
 @pytest.mark.parametrize("capability", stand_ins.SM120, ids=str)
 @pytest.mark.parametrize("release", BROKEN)
 def test_unpatched_release_sends_capability_12_to_sgl_kernel_fa3(
@@ -196,7 +184,12 @@ def test_capability_12_chooses_what_0_5_8_chooses(
     for ours, theirs in [(None, None), (explicit_fa(release), "FA"), ("TORCH_SDPA", "TORCH_SDPA")]:
         for dtype, head_size in [("bfloat16", 128), ("float32", 128), ("float16", 96)]:
             got = choose(
-                patched(release), release, capability, ours, dtype=dtype, head_size=head_size
+                wheels.patched(release, patch=PATCH),
+                release,
+                capability,
+                ours,
+                dtype=dtype,
+                head_size=head_size,
             )
             want = choose(upstream, fixed, capability, theirs, dtype=dtype, head_size=head_size)
             assert got == want == (SDPA, ()), (ours, dtype, head_size)
@@ -207,7 +200,10 @@ def test_0_5_7_keeps_its_own_sage_attention_3_default_on_capability_12() -> None
     # 0.5.7's default picks it (0.5.8 dropped that for SDPA); it is not the FA3 crash.
     for capability in stand_ins.SM120:
         pristine = choose(wheels.member("0.5.7", PATH), "0.5.7", capability, None, sage3=True)
-        assert choose(patched("0.5.7"), "0.5.7", capability, None, sage3=True) == pristine
+        assert (
+            choose(wheels.patched("0.5.7", patch=PATCH), "0.5.7", capability, None, sage3=True)
+            == pristine
+        )
         assert pristine == ("sage_attn3.SageAttention3Backend", ())
 
 
@@ -228,18 +224,18 @@ def test_other_capabilities_choose_exactly_what_they_chose(
         backend = explicit_fa(release) if selected == "explicit" else selected
         for sage3 in (False, True):
             options = {"dtype": dtype, "head_size": head_size, "sage3": sage3}
-            assert choose(patched(release), release, capability, backend, **options) == choose(
-                pristine, release, capability, backend, **options
-            ), (backend, options)
+            assert choose(
+                wheels.patched(release, patch=PATCH), release, capability, backend, **options
+            ) == choose(pristine, release, capability, backend, **options), (backend, options)
 
 
 def test_b200_keeps_flashattention_4_and_hopper_fa3() -> None:
     for release in ["0.5.6.post2", "0.5.7"]:
-        assert choose(patched(release), release, (10, 0), None) == (
+        assert choose(wheels.patched(release, patch=PATCH), release, (10, 0), None) == (
             "flash_attn.FlashAttentionBackend",
             (4,),
         )
-        assert choose(patched(release), release, (9, 0), None) == (
+        assert choose(wheels.patched(release, patch=PATCH), release, (9, 0), None) == (
             "flash_attn.FlashAttentionBackend",
             (),
         )

@@ -12,20 +12,17 @@ import ast
 import logging
 import types
 from collections.abc import Mapping
-from functools import cache
 from typing import Any
 
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.patches.sm120_diffusion_fp4_gemm_backend import (
     CLASS,
     FIXED,
     METHOD,
     Sm120DiffusionFp4GemmBackend,
 )
-from sglpatch.results import Applied
 from tests.support import wheels
 from tests.support.matrix import MatrixHooks
 
@@ -80,16 +77,6 @@ def backend(
     return result
 
 
-@cache
-def patched(release: str) -> bytes:
-    change, outcomes = engine.transform_source(
-        wheels.member(release, PATH), PATH, [PATCH], Version(release)
-    )
-    assert isinstance(outcomes[PATCH.id], Applied), outcomes[PATCH.id]
-    assert change is not None
-    return change.after
-
-
 @pytest.mark.parametrize("capability", SM120, ids=str)
 @pytest.mark.parametrize("release", APPLIED)
 def test_unpatched_release_gives_capability_12_trtllm(
@@ -104,7 +91,7 @@ def test_unpatched_release_gives_capability_12_trtllm(
 def test_capability_12_gets_auto_like_the_fixing_release(
     release: str, capability: tuple[int, int]
 ) -> None:
-    ours = backend(patched(release), release, capability)
+    ours = backend(wheels.patched(release, patch=PATCH), release, capability)
     upstream = backend(wheels.member(str(FIXED), PATH), str(FIXED), capability)
     assert ours == upstream == "auto"
 
@@ -112,17 +99,17 @@ def test_capability_12_gets_auto_like_the_fixing_release(
 @pytest.mark.parametrize("capability", OTHERS, ids=str)
 @pytest.mark.parametrize("release", APPLIED)
 def test_other_capabilities_keep_trtllm(release: str, capability: tuple[int, int]) -> None:
-    ours = backend(patched(release), release, capability)
+    ours = backend(wheels.patched(release, patch=PATCH), release, capability)
     assert ours == backend(wheels.member(release, PATH), release, capability) == "trtllm"
     assert ours == backend(wheels.member(str(FIXED), PATH), str(FIXED), capability)
 
 
 @pytest.mark.parametrize("requested", ["flashinfer_cudnn", "cutlass", "trtllm", "auto"])
 def test_an_explicit_backend_is_left_as_asked(requested: str) -> None:
-    ours = backend(patched("0.5.18"), "0.5.18", (12, 0), requested)
+    ours = backend(wheels.patched("0.5.18", patch=PATCH), "0.5.18", (12, 0), requested)
     assert ours == backend(wheels.member("0.5.18", PATH), "0.5.18", (12, 0), requested)
     # An unknown name falls back to the default, which is now `auto` on 12.
-    assert backend(patched("0.5.18"), "0.5.18", (12, 0), "bogus") == "auto"
+    assert backend(wheels.patched("0.5.18", patch=PATCH), "0.5.18", (12, 0), "bogus") == "auto"
 
 
 def test_0_5_12_post1_already_gave_capability_12_auto() -> None:

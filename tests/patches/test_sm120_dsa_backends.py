@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cache
 
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine, support
+from sglpatch import support
 from sglpatch.patches.sm120_dsa_backends import TARGET, Sm120DsaBackends
-from sglpatch.results import Applied
 from tests.support import stand_ins_dsa, wheels
 from tests.support import stand_ins_moe as stand_ins
 from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
 
+PATCH = Sm120DsaBackends()
 FIRST = Version("0.5.9")
 # ServerArgs' nsa_* (0.5.9 without a ROCm arm, 0.5.10, 0.5.12) and dsa_* (0.5.13, 0.5.14)
 # methods, then arg_groups/overrides.py.
@@ -52,16 +51,6 @@ def _path(release: str) -> str:
     target = TARGET.get(Version(release))
     assert target is not None
     return f"sglang/{target}"
-
-
-@cache
-def _patched(release: str) -> bytes:
-    path = _path(release)
-    change, outcomes = engine.transform_source(
-        wheels.member(release, path), path, [Sm120DsaBackends()], Version(release)
-    )
-    assert isinstance(outcomes[Sm120DsaBackends.id], Applied) and change is not None
-    return change.after
 
 
 def _architectures(release: str) -> list[str]:
@@ -139,7 +128,7 @@ def test_capability_12_gets_tilelang_with_a_kv_cache_it_reads(
     release: str, capability: tuple[int, int]
 ) -> None:
     for arch in _architectures(release):
-        got = resolve(_patched(release), release, capability, arch)
+        got = resolve(wheels.patched(release, patch=PATCH), release, capability, arch)
         if _glm_branch(release, arch):
             assert got == {
                 "kv_cache_dtype": "fp8_e4m3",
@@ -151,7 +140,7 @@ def test_capability_12_gets_tilelang_with_a_kv_cache_it_reads(
         kv = "fp8_e4m3" if Version(release) >= Version("0.5.23") else "bfloat16"
         assert got == {"kv_cache_dtype": kv, "prefill": "tilelang", "decode": "tilelang"}
         _runs_on_12(got, release)
-        bf16 = resolve(_patched(release), release, capability, arch, "bfloat16")
+        bf16 = resolve(wheels.patched(release, patch=PATCH), release, capability, arch, "bfloat16")
         assert bf16 == {"kv_cache_dtype": "bfloat16", "prefill": "tilelang", "decode": "tilelang"}
 
 
@@ -163,16 +152,16 @@ def test_other_capabilities_get_what_they_got(
 ) -> None:
     pristine = wheels.member(release, _path(release))
     for arch in _architectures(release):
-        assert resolve(_patched(release), release, capability, arch, kv) == resolve(
-            pristine, release, capability, arch, kv
-        )
+        assert resolve(
+            wheels.patched(release, patch=PATCH), release, capability, arch, kv
+        ) == resolve(pristine, release, capability, arch, kv)
 
 
 @pytest.mark.parametrize("release", ["0.5.9", "0.5.12", "0.5.14", "0.5.22"])
 @pytest.mark.parametrize("capability", stand_ins.SM120, ids=str)
 def test_a_backend_the_user_chose_is_kept(release: str, capability: tuple[int, int]) -> None:
     view = stand_ins_dsa.View(DEEPSEEK_V3, "bfloat16", dsa_decode_backend="flashmla_sparse")
-    got = stand_ins_dsa.resolve(_patched(release), release, capability, view)
+    got = stand_ins_dsa.resolve(wheels.patched(release, patch=PATCH), release, capability, view)
     assert got == {"kv_cache_dtype": "bfloat16", "prefill": "tilelang", "decode": "flashmla_sparse"}
 
 

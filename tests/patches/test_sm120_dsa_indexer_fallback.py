@@ -20,9 +20,7 @@ from unittest import mock
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.patches.sm120_dsa_indexer_fallback import TARGET, Sm120DsaIndexerFallback
-from sglpatch.results import Applied
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
@@ -30,6 +28,7 @@ from tests.support.stand_ins_gemm import _env_defaults_cached
 
 pytestmark = pytest.mark.wheel
 
+PATCH = Sm120DsaIndexerFallback()
 FIRST = Version("0.5.22")
 RELEASES = ["0.5.22", "0.5.23"]
 VARIABLE = "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH"
@@ -60,16 +59,6 @@ def _path(release: str) -> str:
     target = TARGET.get(Version(release))
     assert target is not None
     return f"sglang/{target}"
-
-
-@functools.cache
-def _patched(release: str) -> bytes:
-    path = _path(release)
-    change, outcomes = engine.transform_source(
-        wheels.member(release, path), path, [Sm120DsaIndexerFallback()], Version(release)
-    )
-    assert isinstance(outcomes[Sm120DsaIndexerFallback.id], Applied) and change is not None
-    return change.after
 
 
 class _Variable:
@@ -210,15 +199,20 @@ def test_unpatched_capability_12_is_handed_deep_gemm(
 def test_capability_12_takes_the_torch_path_without_the_variable(
     release: str, capability: tuple[int, int]
 ) -> None:
-    assert choice(_patched(release), release, capability) == TORCH_PATH
+    assert choice(wheels.patched(release, patch=PATCH), release, capability) == TORCH_PATH
 
 
 @pytest.mark.parametrize("release", RELEASES)
 @pytest.mark.parametrize("capability", stand_ins.SM120, ids=str)
 def test_a_users_setting_on_12_is_kept(release: str, capability: tuple[int, int]) -> None:
     # SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=0: a DeepGEMM with SM120 MQA-logits kernels
-    assert choice(_patched(release), release, capability, user=False) == DEEP_GEMM_PATH
-    assert choice(_patched(release), release, capability, user=True) == TORCH_PATH
+    assert (
+        choice(wheels.patched(release, patch=PATCH), release, capability, user=False)
+        == DEEP_GEMM_PATH
+    )
+    assert (
+        choice(wheels.patched(release, patch=PATCH), release, capability, user=True) == TORCH_PATH
+    )
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -228,7 +222,7 @@ def test_other_capabilities_get_what_they_got(
     release: str, capability: tuple[int, int], user: bool | None
 ) -> None:
     pristine = wheels.member(release, _path(release))
-    got = choice(_patched(release), release, capability, user)
+    got = choice(wheels.patched(release, patch=PATCH), release, capability, user)
     assert got == choice(pristine, release, capability, user)
     assert got == (TORCH_PATH if user else DEEP_GEMM_PATH)
 
@@ -236,7 +230,7 @@ def test_other_capabilities_get_what_they_got(
 @pytest.mark.parametrize("release", RELEASES)
 def test_rocm_reporting_major_12_is_untouched(release: str) -> None:
     # gfx1250 reports major 12; the release's own is_cuda() is False there
-    got = choice(_patched(release), release, (12, 5), hip=True)
+    got = choice(wheels.patched(release, patch=PATCH), release, (12, 5), hip=True)
     assert got == choice(wheels.member(release, _path(release)), release, (12, 5), hip=True)
     assert got == DEEP_GEMM_PATH
 

@@ -36,13 +36,14 @@ from sglpatch.patches.sm120_dsa_tilelang_shape import (
     V1,
     Sm120DsaTilelangShape,
 )
-from sglpatch.results import Applied, Failed
+from sglpatch.results import Failed
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import wheels
 from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
 
+PATCH = Sm120DsaTilelangShape()
 FIRST = Version("0.5.9")
 V2 = "sparse_attention_fwd_kernel_v2"
 SMEM_12 = 101376
@@ -131,16 +132,6 @@ def _path(release: str) -> str:
     target = TARGET.get(Version(release))
     assert target is not None
     return f"sglang/{target}"
-
-
-@cache
-def _patched(release: str) -> bytes:
-    path = _path(release)
-    change, outcomes = engine.transform_source(
-        wheels.member(release, path), path, [Sm120DsaTilelangShape()], Version(release)
-    )
-    assert isinstance(outcomes[Sm120DsaTilelangShape.id], Applied) and change is not None
-    return change.after
 
 
 class _Array:
@@ -332,7 +323,7 @@ def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
     ],
 )
 def test_capability_12_builds_a_kernel_that_fits(release: str) -> None:
-    matrix_effect(Version(release), {_path(release): _patched(release)})
+    matrix_effect(Version(release), {_path(release): wheels.patched(release, patch=PATCH)})
 
 
 @pytest.mark.parametrize("release", ["0.5.9", "0.5.12", "0.5.14", "0.5.15", "0.5.16", "0.5.22"])
@@ -371,8 +362,8 @@ def test_the_split_is_what_makes_the_output_right() -> None:
 def test_a_changed_helper_is_not_taken_as_applied(old: str, new: str) -> None:
     # The postcondition reads the helper: 64 heads a launch, or another shape, would not fit.
     path = _path("0.5.22")
-    changed = _patched("0.5.22").replace(old.encode(), new.encode())
-    assert changed != _patched("0.5.22")
+    changed = wheels.patched("0.5.22", patch=PATCH).replace(old.encode(), new.encode())
+    assert changed != wheels.patched("0.5.22", patch=PATCH)
     patch = Sm120DsaTilelangShape()
     change, outcomes = engine.transform_source(
         changed, path, [patch], Version("0.5.22"), [patch.id]

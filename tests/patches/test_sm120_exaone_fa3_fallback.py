@@ -14,7 +14,7 @@ from packaging.version import Version
 
 from sglpatch import support
 from sglpatch.patches.sm120_exaone_fa3_fallback import Sm120ExaoneFa3Fallback
-from tests.patches.test_sm120_olmo_fa3_fallback import choice, fa3_starts, patched, path
+from tests.patches.test_sm120_olmo_fa3_fallback import choice, fa3_starts, path
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import wheels
 from tests.support.matrix import MatrixHooks
@@ -42,7 +42,7 @@ def test_unpatched_capability_12_gets_fa3_which_refuses_to_start_there(release: 
 def test_patched_capability_12_gets_triton_which_runs_there(
     release: str, capability: tuple[int, int]
 ) -> None:
-    backend = choice(patched(release, PATCH), release, capability, PATCH)
+    backend = choice(wheels.patched(release, patch=PATCH), release, capability, PATCH)
     assert backend == "triton" and support.runs_on("attention", backend, capability) is True
     # The release's own check on EXAONE with a sliding window accepts it.
     assert '["fa3", "triton", "trtllm_mha"]' in wheels.member(release, HOOK).decode()
@@ -52,14 +52,14 @@ def test_patched_capability_12_gets_triton_which_runs_there(
 def test_other_capabilities_choose_exactly_what_they_chose(release: str) -> None:
     pristine = wheels.member(release, path(release, PATCH))
     for capability in stand_ins.OTHERS:
-        assert choice(patched(release, PATCH), release, capability, PATCH) == choice(
+        assert choice(wheels.patched(release, patch=PATCH), release, capability, PATCH) == choice(
             pristine, release, capability, PATCH
         )
 
 
 @pytest.mark.parametrize("requested", ["fa3", "triton", "trtllm_mha"])
 def test_a_backend_the_user_chose_is_kept(requested: str) -> None:
-    source = patched("0.5.23", PATCH)
+    source = wheels.patched("0.5.23", patch=PATCH)
     for capability in stand_ins.SM120:
         assert choice(source, "0.5.23", capability, PATCH, requested=requested) == requested
 

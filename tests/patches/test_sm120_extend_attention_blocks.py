@@ -13,9 +13,7 @@ from functools import cache
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.patches.sm120_extend_attention_blocks import Sm120ExtendAttentionBlocks
-from sglpatch.results import Applied
 from tests.support import stand_ins_triton as triton_run
 from tests.support import wheels
 from tests.support.matrix import MatrixHooks
@@ -43,14 +41,6 @@ def path(release: Version) -> str:
 @cache
 def pristine(release: str) -> bytes:
     return wheels.member(release, path(Version(release)))
-
-
-@cache
-def patched(release: str) -> bytes:
-    version = Version(release)
-    change, outcomes = engine.transform_source(pristine(release), path(version), [PATCH], version)
-    assert isinstance(outcomes[PATCH.id], Applied) and change is not None
-    return change.after
 
 
 def fixed_choice(capability: tuple[int, int], lq: int, lv: int) -> tuple[object, ...]:
@@ -91,7 +81,7 @@ def matrix_effect(release: Version, patched_files: Mapping[str, bytes]) -> None:
 @pytest.mark.parametrize("release", APPLIED)
 def test_capability_12_chooses_what_0_5_9_chooses(release: str) -> None:
     matrix_symptom(Version(release), {path(Version(release)): pristine(release)})
-    matrix_effect(Version(release), {path(Version(release)): patched(release)})
+    matrix_effect(Version(release), {path(Version(release)): wheels.patched(release, patch=PATCH)})
 
 
 def test_releases_from_0_5_9_are_left_alone() -> None:
@@ -119,7 +109,7 @@ def test_the_kernel_fits_sm120_shared_memory_only_when_patched(
     if release == FIXED:
         assert _launch(pristine(release), lq, lv).shared <= LIMIT
         return
-    after = _launch(patched(release), lq, lv)
+    after = _launch(wheels.patched(release, patch=PATCH), lq, lv)
     assert after.shared <= LIMIT
     assert (after.constexprs["BLOCK_M"], after.constexprs["BLOCK_N"]) == (
         fixed_choice((12, 0), lq, lv)[3:5]
@@ -131,7 +121,7 @@ def test_the_kernel_fits_sm120_shared_memory_only_when_patched(
 @pytest.mark.parametrize("release", [r for r in APPLIED if Version(r) >= Version("0.5.4")])
 def test_the_deterministic_launcher_shares_the_fix(release: str) -> None:
     """From 0.5.4 `extend_attention_fwd_unified` takes its sizes from the same chooser."""
-    for source, fits in ((pristine(release), False), (patched(release), True)):
+    for source, fits in ((pristine(release), False), (wheels.patched(release, patch=PATCH), True)):
         kernel, call = triton_run.launch(
             source,
             (12, 0),
@@ -146,7 +136,7 @@ def test_the_published_crash_figures() -> None:
     """0.5.8 on Kimi K2: 'Required: 106496, Hardware limit: 101376'; 0.5.9's sizes need 71680."""
     assert _launch(pristine("0.5.8"), *MLA).shared == 106496
     assert _launch(pristine(FIXED), *MLA).shared == 71680
-    assert _launch(patched("0.5.8"), *MLA).shared == 71680
+    assert _launch(wheels.patched("0.5.8", patch=PATCH), *MLA).shared == 71680
 
 
 MATRIX = MatrixHooks(matrix_expected, matrix_effect, matrix_symptom)

@@ -15,10 +15,8 @@ from functools import cache
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine
-from sglpatch.patches.sm120_deep_gemm_off import CONFIGURER, Sm120DeepGemmOff
+from sglpatch.patches.sm120_deep_gemm_off import Sm120DeepGemmOff
 from sglpatch.patches.sm120_fp8_block_gemm_triton import FP8_UTILS, Sm120Fp8BlockGemmTriton
-from sglpatch.results import Applied
 from tests.support import wheels
 from tests.support.matrix import MatrixHooks
 from tests.support.stand_ins_gemm import Machine, configurer_flags, fp8_linear_choice
@@ -26,6 +24,7 @@ from tests.support.stand_ins_gemm import Machine, configurer_flags, fp8_linear_c
 pytestmark = pytest.mark.wheel
 
 PATCH = Sm120Fp8BlockGemmTriton()
+DEEP_GEMM_OFF = Sm120DeepGemmOff()  # the other half of the choice (DeepGEMM off on 12)
 FIXED = "0.5.10"
 TWELVE = [(12, 0), (12, 1)]
 OTHERS = [(8, 9), (9, 0), (10, 0)]
@@ -40,18 +39,6 @@ def fp8_utils(release: Version) -> str:
     path = FP8_UTILS.get(release)
     assert path is not None
     return f"sglang/{path}"
-
-
-def _patched(release: str, patch: Sm120Fp8BlockGemmTriton | Sm120DeepGemmOff, path: str) -> bytes:
-    version = Version(release)
-    change, outcomes = engine.transform_source(wheels.member(release, path), path, [patch], version)
-    assert isinstance(outcomes[patch.id], Applied) and change is not None
-    return change.after
-
-
-@cache
-def patched(release: str) -> bytes:
-    return _patched(release, PATCH, fp8_utils(Version(release)))
 
 
 @cache
@@ -103,7 +90,9 @@ def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
 def test_capability_12_chooses_what_0_5_10_chooses(
     release: str, capability: tuple[int, int], deep_gemm_on: bool, flashinfer: bool
 ) -> None:
-    ours = choice(patched(release), release, capability, deep_gemm_on, flashinfer)
+    ours = choice(
+        wheels.patched(release, patch=PATCH), release, capability, deep_gemm_on, flashinfer
+    )
     assert ours == upstream(FIXED, capability, deep_gemm_on, flashinfer=flashinfer)
     assert ours == TRITON
 
@@ -112,9 +101,10 @@ def test_capability_12_chooses_what_0_5_10_chooses(
 @pytest.mark.parametrize("capability", OTHERS, ids=["8.9", "9.0", "10.0"])
 def test_other_capabilities_are_untouched(release: str, capability: tuple[int, int]) -> None:
     pristine = wheels.member(release, fp8_utils(Version(release)))
+    ours = wheels.patched(release, patch=PATCH)
     for deep_gemm_on in (False, True):
         for flashinfer in (True, False):
-            assert choice(patched(release), release, capability, deep_gemm_on, flashinfer) == (
+            assert choice(ours, release, capability, deep_gemm_on, flashinfer) == (
                 choice(pristine, release, capability, deep_gemm_on, flashinfer)
             )
 
@@ -125,7 +115,7 @@ def test_explicit_choices_are_obeyed_on_capability_12(release: str) -> None:
     SGLANG_ENABLE_FLASHINFER_FP8_GEMM=1 still get what they ask for, as before."""
     pristine = wheels.member(release, fp8_utils(Version(release)))
     for kw in ({"backend": "cutlass"}, {"env": (("SGLANG_ENABLE_FLASHINFER_FP8_GEMM", "1"),)}):
-        ours = choice(patched(release), release, (12, 0), False, True, **kw)  # type: ignore[arg-type]
+        ours = choice(wheels.patched(release, patch=PATCH), release, (12, 0), False, True, **kw)  # type: ignore[arg-type]
         assert ours == choice(pristine, release, (12, 0), False, True, **kw)  # type: ignore[arg-type]
         assert ours != TRITON
 
@@ -146,12 +136,15 @@ def test_what_a_capability_12_user_gets_with_both_gemm_patches(
     """The whole FP8 block-GEMM choice on a patched release (DeepGEMM installed without SM120
     kernels, FlashInfer installed, `auto`): Triton, or from 0.5.16 upstream's SM120 CUTLASS."""
     version = Version(release)
-    configurer = f"sglang/{CONFIGURER.get(version)}"
     deep_gemm = configurer_flags(
-        _patched(release, Sm120DeepGemmOff(), configurer), release, Machine(capability)
+        wheels.patched(release, patch=DEEP_GEMM_OFF), release, Machine(capability)
     )
     assert not deep_gemm["ENABLE_JIT_DEEPGEMM"]
-    source = patched(release) if release in APPLIED else wheels.member(release, MEMBER)
+    source = (
+        wheels.patched(release, patch=PATCH)
+        if release in APPLIED
+        else wheels.member(release, MEMBER)
+    )
     chosen = fp8_linear_choice(source, release, Machine(capability), deep_gemm)
     assert chosen == (CUTLASS if version >= Version("0.5.16") else TRITON)
 
@@ -172,9 +165,13 @@ def test_the_functions_it_declares_unreached_are_unreached_on_12_only(release: s
     for deep_gemm_on in (False, True):
         for capability in TWELVE:
             assert _calls(pristine, release, capability, deep_gemm_on) > 0
-            assert _calls(patched(release), release, capability, deep_gemm_on) == 0
+            assert (
+                _calls(wheels.patched(release, patch=PATCH), release, capability, deep_gemm_on) == 0
+            )
         for capability in OTHERS:
-            assert _calls(patched(release), release, capability, deep_gemm_on) > 0
+            assert (
+                _calls(wheels.patched(release, patch=PATCH), release, capability, deep_gemm_on) > 0
+            )
 
 
 def test_before_0_5_6_post2_there_is_no_automatic_choice() -> None:

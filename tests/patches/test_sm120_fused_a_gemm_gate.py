@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from sglpatch import engine
 from sglpatch.patches.sm120_fused_a_gemm_gate import CLASS, FLAG, Sm120FusedAGemmGate
-from sglpatch.results import AlreadyApplied, Applied
+from sglpatch.results import AlreadyApplied
 from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
 
@@ -65,16 +65,6 @@ def fused_a_gemm(
     return bool(eval(_gate(source), names))
 
 
-@cache
-def patched(release: str) -> bytes:
-    change, outcomes = engine.transform_source(
-        wheels.member(release, MODEL), MODEL, [PATCH], Version(release)
-    )
-    assert isinstance(outcomes[PATCH.id], Applied), outcomes[PATCH.id]
-    assert change is not None
-    return change.after
-
-
 @pytest.mark.parametrize("release", APPLIED)
 def test_unpatched_capability_12_takes_the_kernel(release: str) -> None:
     assert fused_a_gemm(wheels.member(release, MODEL), 120) is True
@@ -83,14 +73,14 @@ def test_unpatched_capability_12_takes_the_kernel(release: str) -> None:
 @pytest.mark.parametrize("sm", [120, 121])
 @pytest.mark.parametrize("release", APPLIED)
 def test_capability_12_is_kept_off_like_the_fixing_release(release: str, sm: int) -> None:
-    ours, upstream = patched(release), wheels.member(FIXED, MODEL)
+    ours, upstream = wheels.patched(release, patch=PATCH), wheels.member(FIXED, MODEL)
     assert fused_a_gemm(ours, sm) is fused_a_gemm(upstream, sm) is False
 
 
 @pytest.mark.parametrize("sm", [89, 90, 100, 103])
 @pytest.mark.parametrize("release", APPLIED)
 def test_other_capabilities_keep_their_answer(release: str, sm: int) -> None:
-    ours = patched(release)
+    ours = wheels.patched(release, patch=PATCH)
     for dtype, shape in [(BF16, (2112, 7168)), (object(), (2112, 7168)), (BF16, (1536, 7168))]:
         expected = fused_a_gemm(wheels.member(release, MODEL), sm, dtype, shape)
         assert fused_a_gemm(ours, sm, dtype, shape) is expected

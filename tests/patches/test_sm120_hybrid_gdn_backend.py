@@ -12,15 +12,15 @@ from unittest import mock
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.patches.sm120_hybrid_gdn_backend import TARGET, Sm120HybridGdnBackend
-from sglpatch.results import Applied
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
+from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
 
+PATCH = Sm120HybridGdnBackend()
 PATH = "sglang/srt/layers/attention/attention_registry.py"
 FIRST_FIX = "0.5.10"  # the first release whose check admits capability 12's default backend
 SM120_LIST = "0.5.16"  # the first release with a list of its own for capability 12
@@ -108,15 +108,6 @@ def default_backend(release: str, capability: tuple[int, int]) -> str:
     return args.attention_backend
 
 
-@cache
-def _patched(release: str) -> bytes:
-    change, outcomes = engine.transform_source(
-        wheels.member(release, PATH), PATH, [Sm120HybridGdnBackend()], Version(release)
-    )
-    assert isinstance(outcomes[Sm120HybridGdnBackend.id], Applied) and change is not None
-    return change.after
-
-
 def matrix_expected(release: Version) -> str:
     if TARGET.get(release) is None:
         return "not for this release"
@@ -146,7 +137,7 @@ def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
 @pytest.mark.parametrize("release", RELEASES)
 @pytest.mark.parametrize("capability", stand_ins.SM120, ids=str)
 def test_capability_12_admits_what_0_5_16_admits(release: str, capability: tuple[int, int]) -> None:
-    ours = admitted(_patched(release), release, capability)
+    ours = admitted(wheels.patched(release, patch=PATCH), release, capability)
     assert ours == admitted(wheels.member(SM120_LIST, PATH), SM120_LIST, capability)
     assert ours == {"triton", "trtllm_mha", "flashinfer"}
 
@@ -155,8 +146,8 @@ def test_capability_12_admits_what_0_5_16_admits(release: str, capability: tuple
 def test_against_the_first_fix_only_fa4_differs(capability: tuple[int, int]) -> None:
     """0.5.10 let every Blackwell part through with fa4 too; 0.5.16 took it back on 12."""
     first_fix = admitted(wheels.member(FIRST_FIX, PATH), FIRST_FIX, capability)
-    assert first_fix - admitted(_patched("0.5.9"), "0.5.9", capability) == {"fa4"}
-    assert admitted(_patched("0.5.9"), "0.5.9", capability) <= first_fix
+    assert first_fix - admitted(wheels.patched(SEED, patch=PATCH), SEED, capability) == {"fa4"}
+    assert admitted(wheels.patched(SEED, patch=PATCH), SEED, capability) <= first_fix
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -167,7 +158,7 @@ def test_capability_12_default_backend_passes_only_when_patched(
     default = default_backend(release, capability)
     assert default == "flashinfer" == default_backend(FIRST_FIX, capability)
     assert default not in admitted(wheels.member(release, PATH), release, capability)  # the bug
-    assert default in admitted(_patched(release), release, capability)
+    assert default in admitted(wheels.patched(release, patch=PATCH), release, capability)
     assert default in admitted(wheels.member(FIRST_FIX, PATH), FIRST_FIX, capability)
 
 
@@ -177,14 +168,19 @@ def test_other_capabilities_admit_what_they_admitted(
     release: str, capability: tuple[int, int]
 ) -> None:
     pristine = wheels.member(release, PATH)
-    assert admitted(_patched(release), release, capability) == admitted(
+    assert admitted(wheels.patched(release, patch=PATCH), release, capability) == admitted(
         pristine, release, capability
     )
 
 
 def test_capability_10_keeps_its_own_list() -> None:
-    assert admitted(_patched("0.5.9"), "0.5.9", (10, 0)) == {"triton", "trtllm_mha"}
-    assert admitted(_patched("0.5.4.post2"), "0.5.4.post2", (10, 0)) == {"triton"}
+    assert admitted(wheels.patched(SEED, patch=PATCH), SEED, (10, 0)) == {
+        "triton",
+        "trtllm_mha",
+    }
+    assert admitted(wheels.patched("0.5.4.post2", patch=PATCH), "0.5.4.post2", (10, 0)) == {
+        "triton"
+    }
 
 
 MATRIX = MatrixHooks(matrix_expected, matrix_effect, matrix_symptom)

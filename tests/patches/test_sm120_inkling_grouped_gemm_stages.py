@@ -27,9 +27,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.patches.sm120_inkling_grouped_gemm_stages import Sm120InklingGroupedGemmStages
-from sglpatch.results import Applied
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import stand_ins_triton as triton_run
 from tests.support import syntax, wheels
@@ -58,14 +56,6 @@ def path(release: Version) -> str:
 @cache
 def pristine(release: str) -> bytes:
     return wheels.member(release, path(Version(release)))
-
-
-@cache
-def patched(release: str) -> bytes:
-    version = Version(release)
-    change, outcomes = engine.transform_source(pristine(release), path(version), [PATCH], version)
-    assert isinstance(outcomes[PATCH.id], Applied) and change is not None
-    return change.after
 
 
 class Tensor(triton_run.FakeTensor):
@@ -202,7 +192,7 @@ def matrix_effect(release: Version, patched_files: Mapping[str, bytes]) -> None:
 def test_capability_12_decodes_with_three_stages(release: str) -> None:
     version = Version(release)
     matrix_symptom(version, {path(version): pristine(release)})
-    matrix_effect(version, {path(version): patched(release)})
+    matrix_effect(version, {path(version): wheels.patched(release, patch=PATCH)})
 
 
 @pytest.mark.parametrize("release", [FIRST, GATED, NEWEST])
@@ -210,7 +200,7 @@ def test_capability_12_decodes_with_three_stages(release: str) -> None:
 def test_the_small_m_kernel_fits_12_0_only_when_patched(release: str, gemm: str) -> None:
     """The release's own kernel, compiled for sm_120 at the config 12.0 gets."""
     before = shared(pristine(release), release, (12, 0), gemm=gemm)
-    after = shared(patched(release), release, (12, 0), gemm=gemm)
+    after = shared(wheels.patched(release, patch=PATCH), release, (12, 0), gemm=gemm)
     assert before == 110592 > LIMIT  # the figure in PR #37803's crash
     assert after == 73728 <= LIMIT
 
@@ -220,27 +210,35 @@ def test_12_0_gets_what_upstream_gives_12_1(release: str) -> None:
     """Upstream's own answer for the part with the same 101376 bytes: 0.5.18's is_sm121() branch."""
     upstream_12_1 = config(pristine(release), release, (12, 1))
     assert upstream_12_1[-1] == 3
-    assert config(patched(release), release, (12, 0)) == upstream_12_1
-    assert config(patched(release), release, (12, 1)) == upstream_12_1
-    assert shared(patched(release), release, (12, 0)) == shared(pristine(release), release, (12, 1))
+    assert config(wheels.patched(release, patch=PATCH), release, (12, 0)) == upstream_12_1
+    assert config(wheels.patched(release, patch=PATCH), release, (12, 1)) == upstream_12_1
+    assert shared(wheels.patched(release, patch=PATCH), release, (12, 0)) == shared(
+        pristine(release), release, (12, 1)
+    )
 
 
 def test_12_1_before_0_5_18_gets_0_5_18s_config() -> None:
     """0.5.16/0.5.17 gave GB10 four stages too; patched it gets what 0.5.18 gives it."""
     assert config(pristine(FIRST), FIRST, (12, 1))[-1] == 4
-    assert config(patched(FIRST), FIRST, (12, 1)) == config(pristine(GATED), GATED, (12, 1))
+    assert config(wheels.patched(FIRST, patch=PATCH), FIRST, (12, 1)) == config(
+        pristine(GATED), GATED, (12, 1)
+    )
 
 
 @pytest.mark.parametrize("release", [FIRST, NEWEST])
 def test_the_prefill_branch_fits_without_a_gate(release: str) -> None:
     """`BLOCK_SIZE_M=128` keeps its three stages on 12: 98304 bytes, as upstream's comment says."""
-    assert shared(patched(release), release, (12, 0), block_m=LARGE_M) == 98304 <= LIMIT
+    assert (
+        shared(wheels.patched(release, patch=PATCH), release, (12, 0), block_m=LARGE_M)
+        == 98304
+        <= LIMIT
+    )
 
 
 @pytest.mark.parametrize("capability", stand_ins.OTHERS, ids=str)
 def test_other_capabilities_keep_four_stages(capability: tuple[int, int]) -> None:
     for release in (FIRST, GATED):
-        assert config(patched(release), release, capability)[-1] == 4
+        assert config(wheels.patched(release, patch=PATCH), release, capability)[-1] == 4
 
 
 HELION = "sglang/srt/layers/moe/moe_runner/triton_utils"

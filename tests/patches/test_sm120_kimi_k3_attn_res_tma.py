@@ -10,19 +10,16 @@ from __future__ import annotations
 import ast
 import types
 from collections.abc import Mapping
-from functools import cache
 
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.patches.sm120_kimi_k3_attn_res_tma import (
     FIXED,
     GATE,
     UPSTREAM,
     Sm120KimiK3AttnResTma,
 )
-from sglpatch.results import Applied
 from tests.support import wheels
 from tests.support.matrix import MatrixHooks
 
@@ -58,16 +55,6 @@ def use_fast(source: bytes, capability: tuple[int, int], hidden_size: int = HIDD
     return result
 
 
-@cache
-def patched(release: str) -> bytes:
-    change, outcomes = engine.transform_source(
-        wheels.member(release, PATH), PATH, [PATCH], Version(release)
-    )
-    assert isinstance(outcomes[PATCH.id], Applied), outcomes[PATCH.id]
-    assert change is not None
-    return change.after
-
-
 @pytest.mark.parametrize("capability", SM120, ids=str)
 @pytest.mark.parametrize("release", APPLIED)
 def test_unpatched_release_sends_capability_12_to_the_tma_kernel(
@@ -84,21 +71,21 @@ def test_unpatched_release_sends_capability_12_to_the_tma_kernel(
 def test_capability_12_takes_triton_like_the_fixing_release(
     release: str, capability: tuple[int, int]
 ) -> None:
-    ours = use_fast(patched(release), capability)
+    ours = use_fast(wheels.patched(release, patch=PATCH), capability)
     assert ours == use_fast(wheels.member(str(FIXED), PATH), capability) is False
 
 
 @pytest.mark.parametrize("capability", OTHERS, ids=str)
 @pytest.mark.parametrize("release", APPLIED)
 def test_other_capabilities_keep_their_answer(release: str, capability: tuple[int, int]) -> None:
-    ours = use_fast(patched(release), capability)
+    ours = use_fast(wheels.patched(release, patch=PATCH), capability)
     assert ours == use_fast(wheels.member(release, PATH), capability)
     assert ours == use_fast(wheels.member(str(FIXED), PATH), capability)
     assert ours is (capability[0] == 10)
 
 
 def test_other_hidden_sizes_never_took_the_kernel() -> None:
-    assert use_fast(patched("0.5.18"), (10, 0), hidden_size=4096) is False
+    assert use_fast(wheels.patched("0.5.18", patch=PATCH), (10, 0), hidden_size=4096) is False
 
 
 def test_the_fixing_release_also_makes_the_kernel_refuse_12() -> None:

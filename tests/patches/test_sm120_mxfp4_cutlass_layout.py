@@ -32,9 +32,8 @@ from unittest import mock
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine, support
+from sglpatch import support
 from sglpatch.patches.sm120_mxfp4_cutlass_layout import Sm120Mxfp4CutlassLayout
-from sglpatch.results import Applied
 from tests.support import census, syntax, wheels
 from tests.support import stand_ins_moe as stand_ins
 from tests.support.matrix import MatrixHooks
@@ -90,15 +89,6 @@ SITU_INTERLEAVED = Layout("situ-interleaved", "situ", 1.702, 7.0, True)
 LAYOUTS = [GPT_OSS, KIMI_K3, PLAIN_SILU, HALVES_GPT_OSS_CONSTANTS, OTHER_LIMIT, SITU_INTERLEAVED]
 INTERLEAVED = [x for x in LAYOUTS if x.gemm1_alpha is not None and x.gate_up_interleaved]
 OTHERS = [layout for layout in LAYOUTS if layout != GPT_OSS]
-
-
-@cache
-def patched(release: str) -> bytes:
-    change, outcomes = engine.transform_source(
-        wheels.member(release, MXFP4), MXFP4, [PATCH], Version(release)
-    )
-    assert isinstance(outcomes[PATCH.id], Applied) and change is not None
-    return change.after
 
 
 def _classes(path: str, release: str, wanted: set[str]) -> dict[str, Any]:
@@ -446,7 +436,7 @@ def test_unpatched_capability_12_runs_another_layout_as_gpt_oss(
 @pytest.mark.parametrize("release", RELEASES)
 def test_gpt_oss_rows_and_swiglu_are_what_the_preparation_was_written_for(release: str) -> None:
     """For GPT-OSS the preparation is right: up rows first, gate rows second, its constants."""
-    for source in (wheels.member(release, MXFP4), patched(release)):
+    for source in (wheels.member(release, MXFP4), wheels.patched(release, patch=PATCH)):
         prepared = prepare(source, release, GPT_OSS)
         assert (prepared.first_half, prepared.second_half) == (UP, GATE)
         assert prepared.bias_halves == (UP, GATE) and prepared.scale_halves == (UP, GATE)
@@ -459,12 +449,14 @@ def test_gpt_oss_rows_and_swiglu_are_what_the_preparation_was_written_for(releas
 def test_capability_12_refuses_another_layout_naming_marlin(
     release: str, capability: tuple[int, int], layout: Layout
 ) -> None:
-    built = build(patched(release), release, capability, "flashinfer_mxfp4", layout)
+    built = build(
+        wheels.patched(release, patch=PATCH), release, capability, "flashinfer_mxfp4", layout
+    )
     assert built.kernel == "cutlass_sm120" and built.runner is None
     assert built.error is not None and built.error.startswith("ValueError: ")
     assert built.error.endswith(REFUSAL) and "\n" not in built.error
     # The backend it names builds the same layer on the same device, unpatched and patched.
-    for source in (wheels.member(release, MXFP4), patched(release)):
+    for source in (wheels.member(release, MXFP4), wheels.patched(release, patch=PATCH)):
         assert build(source, release, capability, "marlin", layout) == Built(None, "marlin", None)
     assert support.runs_on("moe", "marlin", capability, release=release) is True
 
@@ -474,7 +466,7 @@ def test_capability_12_refuses_another_layout_naming_marlin(
 def test_capability_12_keeps_gpt_oss_on_the_cutlass_kernel(
     release: str, capability: tuple[int, int]
 ) -> None:
-    for source in (wheels.member(release, MXFP4), patched(release)):
+    for source in (wheels.member(release, MXFP4), wheels.patched(release, patch=PATCH)):
         built = build(source, release, capability, "flashinfer_mxfp4", GPT_OSS)
         assert built == Built("cutlass_sm120", "flashinfer_mxfp4", None)
 
@@ -486,7 +478,7 @@ def test_capability_12_with_another_backend_builds_what_it_built(
 ) -> None:
     for backend in BACKENDS[1:]:
         for layout in LAYOUTS:
-            ours = build(patched(release), release, capability, backend, layout)
+            ours = build(wheels.patched(release, patch=PATCH), release, capability, backend, layout)
             theirs = build(wheels.member(release, MXFP4), release, capability, backend, layout)
             assert ours == theirs and ours.error is None, (backend, layout)
 
@@ -499,7 +491,7 @@ def test_other_capabilities_build_exactly_what_they_built(
     seen: set[Built] = set()
     for backend in BACKENDS:
         for layout in LAYOUTS:
-            ours = build(patched(release), release, capability, backend, layout)
+            ours = build(wheels.patched(release, patch=PATCH), release, capability, backend, layout)
             theirs = build(wheels.member(release, MXFP4), release, capability, backend, layout)
             assert ours == theirs, (backend, layout)
             seen.add(ours)
@@ -643,7 +635,14 @@ def test_megamoe_is_refused_only_where_it_reaches_the_sm120_preparation(
     skips = _prepared_before_sm120(pristine, "use_mega_moe")
     assert skips == (Version(release) >= Version("0.5.18"))
     for layout in LAYOUTS:
-        ours = build(patched(release), release, capability, "flashinfer_mxfp4", layout, True)
+        ours = build(
+            wheels.patched(release, patch=PATCH),
+            release,
+            capability,
+            "flashinfer_mxfp4",
+            layout,
+            True,
+        )
         theirs = build(pristine, release, capability, "flashinfer_mxfp4", layout, True)
         if skips or layout == GPT_OSS:
             assert ours == theirs and ours.error is None, layout

@@ -10,15 +10,15 @@ from functools import cache
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.patches.sm120_mxfp4_moe_backend import TARGET, Sm120Mxfp4MoeBackend
-from sglpatch.results import Applied
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
+from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
 
+PATCH = Sm120Mxfp4MoeBackend()
 FIXED = "0.5.10"
 FLAG = "is_mxfp4_quant_format"
 # What each upstream release's own capability-12 branch picks (read off the wheels): 0.5.14
@@ -104,16 +104,6 @@ def choice(
     return result
 
 
-@cache
-def _patched(release: str) -> bytes:
-    path = _path(release)
-    change, outcomes = engine.transform_source(
-        wheels.member(release, path), path, [Sm120Mxfp4MoeBackend()], Version(release)
-    )
-    assert isinstance(outcomes[Sm120Mxfp4MoeBackend.id], Applied) and change is not None
-    return change.after
-
-
 def _upstream_sm120(release: Version) -> str | None:
     from packaging.specifiers import SpecifierSet
 
@@ -155,7 +145,7 @@ def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
         assert choice(source, name, capability) == choice(pristine, name, capability)
 
 
-RELEASES = ["0.5.4.post2", "0.5.5.post3", "0.5.9"]  # the three shapes of the choice
+RELEASES = ["0.5.4.post2", "0.5.5.post3", SEED]  # the three shapes of the choice
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -163,7 +153,7 @@ RELEASES = ["0.5.4.post2", "0.5.5.post3", "0.5.9"]  # the three shapes of the ch
 def test_capability_12_chooses_what_0_5_10_chooses(
     release: str, capability: tuple[int, int]
 ) -> None:
-    patched = _patched(release)
+    patched = wheels.patched(release, patch=PATCH)
     upstream = wheels.member(FIXED, _path(FIXED))
     assert choice(upstream, FIXED, capability) == "triton_kernel"
     assert choice(patched, release, capability) == choice(upstream, FIXED, capability)
@@ -186,7 +176,7 @@ def test_other_capabilities_choose_what_they_chose(
     release: str, capability: tuple[int, int], mxfp4: bool
 ) -> None:
     pristine = wheels.member(release, _path(release))
-    patched = _patched(release)
+    patched = wheels.patched(release, patch=PATCH)
     assert choice(patched, release, capability, mxfp4) == choice(
         pristine, release, capability, mxfp4
     )
@@ -196,9 +186,9 @@ def test_other_capabilities_choose_what_they_chose(
 
 @pytest.mark.parametrize("capability", stand_ins.SM120, ids=str)
 def test_bf16_gpt_oss_on_capability_12_is_untouched(capability: tuple[int, int]) -> None:
-    pristine = wheels.member("0.5.9", _path("0.5.9"))
-    assert choice(_patched("0.5.9"), "0.5.9", capability, mxfp4=False) == choice(
-        pristine, "0.5.9", capability, mxfp4=False
+    pristine = wheels.member(SEED, _path(SEED))
+    assert choice(wheels.patched(SEED, patch=PATCH), SEED, capability, mxfp4=False) == choice(
+        pristine, SEED, capability, mxfp4=False
     )
 
 
@@ -208,7 +198,10 @@ def test_a_backend_the_user_chose_is_kept_as_0_5_10_keeps_it(
     requested: str, capability: tuple[int, int]
 ) -> None:
     upstream = wheels.member(FIXED, _path(FIXED))
-    assert choice(_patched("0.5.9"), "0.5.9", capability, requested=requested) == requested
+    assert (
+        choice(wheels.patched(SEED, patch=PATCH), SEED, capability, requested=requested)
+        == requested
+    )
     assert choice(upstream, FIXED, capability, requested=requested) == requested
 
 

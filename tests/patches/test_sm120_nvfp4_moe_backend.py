@@ -19,9 +19,7 @@ import libcst as cst
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.patches.sm120_nvfp4_moe_backend import METHOD, Sm120Nvfp4MoeBackend
-from sglpatch.results import Applied
 from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
 
@@ -105,16 +103,6 @@ def resolve(
     return args.moe_runner_backend, None
 
 
-@cache
-def patched(release: str) -> bytes:
-    change, outcomes = engine.transform_source(
-        wheels.member(release, SERVER_ARGS), SERVER_ARGS, [PATCH], Version(release)
-    )
-    assert isinstance(outcomes[PATCH.id], Applied), outcomes[PATCH.id]
-    assert change is not None
-    return change.after
-
-
 GRID = list(itertools.product(QUANTIZATIONS, BACKENDS))
 
 
@@ -134,7 +122,7 @@ def test_unpatched_release_leaves_nvfp4_moe_on_auto_which_means_trtllm_gen(relea
 def test_capability_12_chooses_what_the_fixing_release_chooses(
     release: str, capability: tuple[int, int]
 ) -> None:
-    ours, upstream = patched(release), wheels.member(FIXED, SERVER_ARGS)
+    ours, upstream = wheels.patched(release, patch=PATCH), wheels.member(FIXED, SERVER_ARGS)
     assert resolve(ours, capability, "modelopt_fp4", "auto") == ("flashinfer_cutlass", None)
     for quantization, backend in GRID:
         assert resolve(ours, capability, quantization, backend) == resolve(
@@ -147,7 +135,7 @@ def test_capability_12_chooses_what_the_fixing_release_chooses(
 def test_other_capabilities_choose_exactly_what_they_chose(
     release: str, capability: tuple[int, int]
 ) -> None:
-    ours, theirs = patched(release), wheels.member(release, SERVER_ARGS)
+    ours, theirs = wheels.patched(release, patch=PATCH), wheels.member(release, SERVER_ARGS)
     for quantization, backend in GRID:
         assert resolve(ours, capability, quantization, backend) == resolve(
             theirs, capability, quantization, backend

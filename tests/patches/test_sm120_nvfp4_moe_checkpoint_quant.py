@@ -27,10 +27,9 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine, support
+from sglpatch import support
 from sglpatch.patches.sm120_nvfp4_moe_backend import Sm120Nvfp4MoeBackend
 from sglpatch.patches.sm120_nvfp4_moe_checkpoint_quant import Sm120Nvfp4MoeCheckpointQuant
-from sglpatch.results import AlreadyApplied, Applied
 from tests.support import census, syntax, wheels
 from tests.support import stand_ins_moe as stand_ins
 from tests.support.matrix import MatrixHooks
@@ -62,18 +61,12 @@ def _path(release: str) -> str:
     return f"sglang/{INSERTING.target_file(Version(release))}"
 
 
-@cache
-def patched(release: str) -> bytes:
-    """The resolver's file after both patches, in the catalogue's order (as `apply` runs them)."""
-    version, path = Version(release), _path(release)
-    patches = [p for p in (INSERTING, PATCH) if p.target_file(version) is not None]
-    change, outcomes = engine.transform_source(wheels.member(release, path), path, patches, version)
-    assert change is not None
-    ours = outcomes[PATCH.id] if PATCH.id in outcomes else outcomes[INSERTING.id]
-    assert isinstance(ours, Applied), ours
-    if PATCH.id in outcomes:  # from 0.5.13 the branch is upstream's
-        assert isinstance(outcomes[INSERTING.id], AlreadyApplied)
-    return change.after
+def resolver(release: str) -> bytes:
+    """The resolver's file as `apply` leaves it: to 0.5.12 with the branch sm120-nvfp4-moe-backend
+    inserts, from 0.5.13 with upstream's, which this patch widens (sm120-nvfp4-moe-backend leaves
+    that one alone: its matrix hooks say "already upstream" there)."""
+    ours = PATCH if Version(release) >= Version(FIRST) else INSERTING
+    return wheels.patched(release, patch=ours)
 
 
 class _ModelConfig:
@@ -245,7 +238,7 @@ def test_unpatched_capability_12_gives_an_nvfp4_checkpoint_trtllm_gen(
 def test_capability_12_gets_flashinfer_cutlass_for_an_nvfp4_checkpoint(
     release: str, capability: tuple[int, int], flag: str | None
 ) -> None:
-    chosen, error, _ = resolve(patched(release), release, capability, flag, FP4, "auto")
+    chosen, error, _ = resolve(resolver(release), release, capability, flag, FP4, "auto")
     assert (chosen, error) == ("flashinfer_cutlass", None)
     assert support.runs_on("moe", chosen, capability, release=release) is True
     # The layer keeps a backend that is not `auto`: the weights are prepared for CUTLASS too.
@@ -257,7 +250,7 @@ def test_capability_12_gets_flashinfer_cutlass_for_an_nvfp4_checkpoint(
 def test_capability_12_keeps_everything_else(release: str, capability: tuple[int, int]) -> None:
     """A backend the user chose, a checkpoint that is not NVFP4, a `--quantization` given (even
     `modelopt`, which flashinfer_cutlass's check of the flag refuses): as before."""
-    ours, theirs = patched(release), wheels.member(release, _path(release))
+    ours, theirs = resolver(release), wheels.member(release, _path(release))
     for flag, checkpoint, backend in GRID:
         if backend == "auto" and (flag or checkpoint) == FP4:
             continue  # the case the patch changes (or upstream's own, for the flag)
@@ -271,7 +264,7 @@ def test_capability_12_keeps_everything_else(release: str, capability: tuple[int
 def test_other_capabilities_choose_exactly_what_they_chose(
     release: str, capability: tuple[int, int]
 ) -> None:
-    ours, theirs = patched(release), wheels.member(release, _path(release))
+    ours, theirs = resolver(release), wheels.member(release, _path(release))
     for case in GRID:
         chosen, error, reads = resolve(ours, release, capability, *case)
         assert (chosen, error) == resolve(theirs, release, capability, *case)[:2], case
@@ -285,8 +278,8 @@ def test_the_inserted_branch_chooses_what_0_5_13_patched_chooses(
 ) -> None:
     """Where sm120-nvfp4-moe-backend inserts the branch, it decides as this patch's 0.5.13."""
     for case in GRID:
-        ours = resolve(patched(release), release, capability, *case)
-        assert ours == resolve(patched(FIRST), FIRST, capability, *case), case
+        ours = resolve(resolver(release), release, capability, *case)
+        assert ours == resolve(resolver(FIRST), FIRST, capability, *case), case
 
 
 # The whole start-up resolution, ModelConfig from the checkpoint: a MoE architecture with a
@@ -297,7 +290,7 @@ MOE_MODELS = ["Qwen3MoeForCausalLM", "MixtralForCausalLM"]
 @cache
 def _device(release: str, capability: tuple[int, int], fixed: bool) -> census.Release:
     """One release's modules on one stand-in device (built once: it loads many modules)."""
-    replaced = {_path(release): patched(release)} if fixed else {}
+    replaced = {_path(release): resolver(release)} if fixed else {}
     return census.Release(release, capability, replaced)
 
 

@@ -16,10 +16,9 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine, support
+from sglpatch import support
 from sglpatch.patch import Patch
 from sglpatch.patches.sm120_olmo_fa3_fallback import OVERRIDE, Sm120OlmoFa3Fallback
-from sglpatch.results import Applied
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
@@ -142,17 +141,6 @@ def path(release: str, patch: Patch = PATCH) -> str:
     return f"sglang/{patch.target_file(Version(release))}"
 
 
-@cache
-def patched(release: str, patch: Patch = PATCH) -> bytes:
-    name = path(release, patch)
-    change, outcomes = engine.transform_source(
-        wheels.member(release, name), name, [patch], Version(release)
-    )
-    assert isinstance(outcomes[patch.id], Applied), outcomes[patch.id]
-    assert change is not None
-    return change.after
-
-
 @pytest.mark.parametrize("release", AFFECTED)
 def test_unpatched_capability_12_gets_fa3_which_refuses_to_start_there(release: str) -> None:
     pristine = wheels.member(release, path(release))
@@ -167,7 +155,7 @@ def test_unpatched_capability_12_gets_fa3_which_refuses_to_start_there(release: 
 @pytest.mark.parametrize("release", AFFECTED)
 def test_patched_capability_12_gets_triton_which_runs_there(release: str) -> None:
     for capability in stand_ins.SM120:
-        backend = choice(patched(release), release, capability)
+        backend = choice(wheels.patched(release, patch=PATCH), release, capability)
         assert backend == "triton"
         assert support.runs_on("attention", backend, capability) is True
         # The release asserts Olmo2 never runs on FlashInfer: the fallback must not be it.
@@ -178,7 +166,7 @@ def test_patched_capability_12_gets_triton_which_runs_there(release: str) -> Non
 def test_other_capabilities_choose_exactly_what_they_chose(release: str) -> None:
     pristine = wheels.member(release, path(release))
     for capability in stand_ins.OTHERS:
-        assert choice(patched(release), release, capability) == choice(
+        assert choice(wheels.patched(release, patch=PATCH), release, capability) == choice(
             pristine, release, capability
         )
 
@@ -187,7 +175,10 @@ def test_other_capabilities_choose_exactly_what_they_chose(release: str) -> None
 @pytest.mark.parametrize("release", ["0.5.9", "0.5.16", "0.5.23"])  # the three files
 def test_a_backend_the_user_chose_is_kept(release: str, requested: str) -> None:
     for capability in stand_ins.SM120:
-        assert choice(patched(release), release, capability, requested=requested) == requested
+        assert (
+            choice(wheels.patched(release, patch=PATCH), release, capability, requested=requested)
+            == requested
+        )
 
 
 def test_before_0_5_4_there_is_no_olmo2_override() -> None:

@@ -13,12 +13,11 @@ from functools import cache
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.patches.sm120_prefill_attention_block import Sm120PrefillAttentionBlock
-from sglpatch.results import Applied
 from tests.support import stand_ins_triton as triton_run
 from tests.support import wheels
 from tests.support.matrix import MatrixHooks
+from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
 
@@ -38,14 +37,6 @@ def path(release: Version) -> str:
 @cache
 def pristine(release: str) -> bytes:
     return wheels.member(release, path(Version(release)))
-
-
-@cache
-def patched(release: str) -> bytes:
-    version = Version(release)
-    change, outcomes = engine.transform_source(pristine(release), path(version), [PATCH], version)
-    assert isinstance(outcomes[PATCH.id], Applied) and change is not None
-    return change.after
 
 
 def matrix_expected(release: Version) -> str:
@@ -84,7 +75,7 @@ def matrix_effect(release: Version, patched_files: Mapping[str, bytes]) -> None:
 def test_capability_12_launches_with_blocks_of_64(release: str) -> None:
     version = Version(release)
     matrix_symptom(version, {path(version): pristine(release)})
-    matrix_effect(version, {path(version): patched(release)})
+    matrix_effect(version, {path(version): wheels.patched(release, patch=PATCH)})
 
 
 def _launch(source: bytes, head_dim: int) -> triton_run.Compiled:
@@ -101,13 +92,13 @@ def test_the_kernel_fits_sm120_shared_memory_only_when_patched(release: str) -> 
     """Compile the release's own kernel for sm_120 with the block its launcher picks."""
     assert _launch(pristine(release), 256).shared > LIMIT
     for head_dim in (128, 256):
-        assert _launch(patched(release), head_dim).shared <= LIMIT
+        assert _launch(wheels.patched(release, patch=PATCH), head_dim).shared <= LIMIT
 
 
 def test_the_issue_figures() -> None:
     """Head size 256 at capability 12: 163840 bytes with BLOCK = 128, 73728 with 64."""
-    assert _launch(pristine("0.5.9"), 256).shared == 163840
-    assert _launch(patched("0.5.9"), 256).shared == 73728
+    assert _launch(pristine(SEED), 256).shared == 163840
+    assert _launch(wheels.patched(SEED, patch=PATCH), 256).shared == 73728
 
 
 MATRIX = MatrixHooks(matrix_expected, matrix_effect, matrix_symptom)

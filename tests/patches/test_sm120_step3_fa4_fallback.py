@@ -23,7 +23,7 @@ from sglpatch.patches.sm120_step3_fa4_fallback import (
     OVERRIDE,
     Sm120Step3Fa4Fallback,
 )
-from sglpatch.results import AlreadyApplied, Applied
+from sglpatch.results import AlreadyApplied
 from tests.patches import test_sm120_default_mha_trtllm_gate as defaults
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import syntax, wheels
@@ -129,17 +129,6 @@ def choice(
     return backend
 
 
-@cache
-def patched(release: str) -> bytes:
-    name = path(release)
-    change, outcomes = engine.transform_source(
-        wheels.member(release, name), name, [PATCH], Version(release)
-    )
-    assert isinstance(outcomes[PATCH.id], Applied), outcomes[PATCH.id]
-    assert change is not None
-    return change.after
-
-
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 @pytest.mark.parametrize("release", AFFECTED)
 def test_unpatched_capability_12_gets_fa4_which_does_not_run_there(
@@ -180,7 +169,9 @@ def test_patched_capability_12_gets_the_release_default_which_runs_there(
     release: str, architecture: str, flashinfer: bool
 ) -> None:
     for capability in stand_ins.SM120:
-        backend = choice(patched(release), release, capability, architecture, flashinfer)
+        backend = choice(
+            wheels.patched(release, patch=PATCH), release, capability, architecture, flashinfer
+        )
         assert backend == ("flashinfer" if flashinfer else "triton")
         assert support.runs_on("attention", backend, capability, release=release) is True
 
@@ -189,7 +180,7 @@ def test_patched_capability_12_gets_the_release_default_which_runs_there(
 def test_other_capabilities_choose_exactly_what_they_chose(release: str) -> None:
     pristine = wheels.member(release, path(release))
     for capability in stand_ins.OTHERS:
-        assert choice(patched(release), release, capability) == choice(
+        assert choice(wheels.patched(release, patch=PATCH), release, capability) == choice(
             pristine, release, capability
         )
 
@@ -198,7 +189,10 @@ def test_other_capabilities_choose_exactly_what_they_chose(release: str) -> None
 @pytest.mark.parametrize("release", ["0.5.13", "0.5.17"])  # the two files
 def test_a_backend_the_user_chose_is_kept(release: str, requested: str) -> None:
     for capability in stand_ins.SM120:
-        assert choice(patched(release), release, capability, requested=requested) == requested
+        assert (
+            choice(wheels.patched(release, patch=PATCH), release, capability, requested=requested)
+            == requested
+        )
 
 
 @pytest.mark.parametrize("release", UPSTREAM)

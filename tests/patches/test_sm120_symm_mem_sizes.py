@@ -10,6 +10,7 @@ from sglpatch.patches.sm120_symm_mem_sizes import Sm120SymmMemSizes
 from sglpatch.results import Applied
 from tests.support import proofs, wheels
 from tests.support.matrix import MatrixHooks
+from tests.support.releases import SEED
 
 SIZES = f"{wheels.COMMUNICATORS}/all_reduce_utils.py"
 COMMUNICATOR = f"{wheels.COMMUNICATORS}/torch_symm_mem.py"
@@ -35,10 +36,8 @@ def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
 
 
 def test_capability_12_gets_the_sizes_of_10_and_nothing_else_changes() -> None:
-    source = wheels.member("0.5.9", SIZES)
-    change, outcomes = engine.transform_source(
-        source, SIZES, [Sm120SymmMemSizes()], Version("0.5.9")
-    )
+    source = wheels.member(SEED, SIZES)
+    change, outcomes = engine.transform_source(source, SIZES, [Sm120SymmMemSizes()], Version(SEED))
     assert isinstance(outcomes["sm120-symm-mem-sizes"], Applied) and change is not None
     before = proofs.size_table(source, "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES")
     after = proofs.size_table(change.after, "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES")
@@ -53,11 +52,11 @@ def test_capability_12_gets_the_sizes_of_10_and_nothing_else_changes() -> None:
 
 def test_the_communicator_reads_the_new_row() -> None:
     """Unpatched, capability 12 dies with KeyError; with the row it gets capability 10's sizes."""
-    communicator = wheels.member("0.5.9", COMMUNICATOR)
-    sizes = wheels.member("0.5.9", SIZES)
+    communicator = wheels.member(SEED, COMMUNICATOR)
+    sizes = wheels.member(SEED, SIZES)
     with pytest.raises(KeyError, match="12"):
         proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 12, 8)
-    change, _ = engine.transform_source(sizes, SIZES, [Sm120SymmMemSizes()], Version("0.5.9"))
+    change, _ = engine.transform_source(sizes, SIZES, [Sm120SymmMemSizes()], Version(SEED))
     assert change is not None
     # The size row alone gets past __init__; all_reduce still needs the two-shot patch.
     with pytest.raises(KeyError, match="12"):

@@ -12,6 +12,7 @@ from sglpatch.results import AlreadyApplied, Applied
 from tests.patches.test_sm120_symm_mem_sizes import table_name
 from tests.support import proofs, wheels
 from tests.support.matrix import MatrixHooks
+from tests.support.releases import SEED
 
 SIZES = f"{wheels.COMMUNICATORS}/all_reduce_utils.py"
 COMMUNICATOR = f"{wheels.COMMUNICATORS}/torch_symm_mem.py"
@@ -46,7 +47,7 @@ def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
     assert proofs.communicator_run(patched[path], patched[SIZES], name, 10, 8).kernel == "multimem"
 
 
-def _patched(release: str) -> tuple[bytes, bytes]:
+def _communicator_and_sizes(release: str) -> tuple[bytes, bytes]:
     version = Version(release)
     sizes, _ = engine.transform_source(
         wheels.member(release, SIZES), SIZES, [Sm120SymmMemSizes()], version
@@ -64,7 +65,7 @@ def _patched(release: str) -> tuple[bytes, bytes]:
 
 @pytest.mark.parametrize("world_size", [2, 4, 6, 8])
 def test_capability_12_all_reduces_with_the_two_shot_kernel(world_size: int) -> None:
-    communicator, sizes = _patched("0.5.9")
+    communicator, sizes = _communicator_and_sizes(SEED)
     run = proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 12, world_size)
     assert run.enabled
     assert run.max_size == (64 if world_size <= 4 else 128) * MiB
@@ -72,7 +73,7 @@ def test_capability_12_all_reduces_with_the_two_shot_kernel(world_size: int) -> 
 
 
 def test_other_capabilities_keep_their_kernels() -> None:
-    communicator, sizes = _patched("0.5.9")
+    communicator, sizes = _communicator_and_sizes(SEED)
     assert (
         proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 10, 8).kernel
         == "multimem"
@@ -88,7 +89,7 @@ def test_other_capabilities_keep_their_kernels() -> None:
 
 
 def test_from_0_5_12_upstream_already_routes_unknown_capabilities_to_two_shot() -> None:
-    communicator, sizes = _patched("0.5.14")
+    communicator, sizes = _communicator_and_sizes("0.5.14")
     assert communicator == wheels.member("0.5.14", COMMUNICATOR)  # untouched
     run = proofs.communicator_run(communicator, sizes, "TorchSymmMemCommunicator", 12, 8)
     assert run.enabled and run.kernel == "two_shot"
@@ -98,8 +99,8 @@ def test_from_0_5_12_upstream_already_routes_unknown_capabilities_to_two_shot() 
 
 
 def test_without_multicast_unpatched_0_5_9_dies_with_keyerror_12() -> None:
-    sizes = wheels.member("0.5.9", SIZES)
-    communicator = wheels.member("0.5.9", COMMUNICATOR)
+    sizes = wheels.member(SEED, SIZES)
+    communicator = wheels.member(SEED, COMMUNICATOR)
     with pytest.raises(KeyError) as raised:
         proofs.communicator_run(
             communicator, sizes, "TorchSymmMemCommunicator", 12, 8, multicast=False
@@ -110,7 +111,7 @@ def test_without_multicast_unpatched_0_5_9_dies_with_keyerror_12() -> None:
 def test_without_multicast_patched_0_5_9_builds_the_communicator_then_disables_it(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    communicator, sizes = _patched("0.5.9")
+    communicator, sizes = _communicator_and_sizes(SEED)
     with caplog.at_level("WARNING"):
         run = proofs.communicator_run(
             communicator, sizes, "TorchSymmMemCommunicator", 12, 8, multicast=False
@@ -122,7 +123,7 @@ def test_without_multicast_patched_0_5_9_builds_the_communicator_then_disables_i
 
 
 def test_with_multicast_patched_0_5_9_is_enabled_and_uses_two_shot() -> None:
-    communicator, sizes = _patched("0.5.9")
+    communicator, sizes = _communicator_and_sizes(SEED)
     run = proofs.communicator_run(
         communicator, sizes, "TorchSymmMemCommunicator", 12, 8, multicast=True
     )

@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
-from functools import cache
 from typing import Any
 from unittest import mock
 
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.patches.sm120_triton_kernels_moe_non_persistent import (
     FIXED,
     TARGET,
     Sm120TritonKernelsMoeNonPersistent,
 )
-from sglpatch.results import Applied
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import wheels
 from tests.support.matrix import MatrixHooks
@@ -70,16 +67,6 @@ def import_time_constraints(
     return asked
 
 
-@cache
-def patched(release: str) -> bytes:
-    change, outcomes = engine.transform_source(
-        wheels.member(release, PATH), PATH, [PATCH], Version(release)
-    )
-    assert isinstance(outcomes[PATCH.id], Applied), outcomes[PATCH.id]
-    assert change is not None
-    return change.after
-
-
 @pytest.mark.parametrize("capability", stand_ins.SM120, ids=str)
 @pytest.mark.parametrize("release", BROKEN)
 def test_unpatched_release_leaves_capability_12_on_the_persistent_kernel(
@@ -101,14 +88,21 @@ def test_capability_12_asks_what_0_5_17_asks(release: str, capability: tuple[int
     fixed = str(FIXED)
     upstream = import_time_constraints(wheels.member(fixed, PATH), fixed, capability)
     assert upstream == NON_PERSISTENT
-    assert import_time_constraints(patched(release), release, capability) == upstream
+    assert (
+        import_time_constraints(wheels.patched(release, patch=PATCH), release, capability)
+        == upstream
+    )
 
 
 @pytest.mark.parametrize("capability", stand_ins.OTHERS, ids=str)
 @pytest.mark.parametrize("release", BROKEN)
 def test_other_capabilities_ask_what_they_asked(release: str, capability: tuple[int, int]) -> None:
     pristine = import_time_constraints(wheels.member(release, PATH), release, capability)
-    assert import_time_constraints(patched(release), release, capability) == pristine == []
+    assert (
+        import_time_constraints(wheels.patched(release, patch=PATCH), release, capability)
+        == pristine
+        == []
+    )
 
 
 @pytest.mark.parametrize("release", ["0.5.17", "0.5.18", "0.5.19", "0.5.23"])

@@ -4,38 +4,28 @@ triton_kernels for exactly what 0.5.10's asks for; other capabilities ask for wh
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cache
 from unittest import mock
 
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.patches.sm120_triton_kernels_mxfp4_block_k import (
     TARGET,
     Sm120TritonKernelsMxfp4BlockK,
 )
-from sglpatch.results import Applied
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import wheels
 from tests.support.matrix import MatrixHooks
+from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
 
+PATCH = Sm120TritonKernelsMxfp4BlockK()
 PATH = "sglang/srt/layers/quantization/mxfp4.py"
 FIXED = "0.5.10"
 SM120 = {"is_persistent": False, "block_k": 128, "num_stages": 1}
 # Three shapes: no helper (torch asked directly), `if _is_sm100_supported:` alone, and with sm90.
 RELEASES = ["0.5.3", "0.5.5", "0.5.9"]
-
-
-@cache
-def _patched(release: str) -> bytes:
-    change, outcomes = engine.transform_source(
-        wheels.member(release, PATH), PATH, [Sm120TritonKernelsMxfp4BlockK()], Version(release)
-    )
-    assert isinstance(outcomes[Sm120TritonKernelsMxfp4BlockK.id], Applied) and change is not None
-    return change.after
 
 
 def matrix_expected(release: Version) -> str:
@@ -85,7 +75,9 @@ def test_capability_12_asks_for_what_0_5_10_asks_for(
 ) -> None:
     upstream = stand_ins.run_swizzle(wheels.member(FIXED, PATH), FIXED, capability)
     assert upstream == stand_ins.Swizzle("strided", SM120)
-    assert stand_ins.run_swizzle(_patched(release), release, capability) == upstream
+    assert (
+        stand_ins.run_swizzle(wheels.patched(release, patch=PATCH), release, capability) == upstream
+    )
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -103,14 +95,18 @@ def test_other_capabilities_ask_for_what_they_asked_for(
     release: str, capability: tuple[int, int]
 ) -> None:
     pristine = stand_ins.run_swizzle(wheels.member(release, PATH), release, capability)
-    assert stand_ins.run_swizzle(_patched(release), release, capability) == pristine
+    assert (
+        stand_ins.run_swizzle(wheels.patched(release, patch=PATCH), release, capability) == pristine
+    )
     assert pristine.layout == "default"
 
 
 def test_b200_keeps_the_persistent_kernel() -> None:
-    swizzle = stand_ins.run_swizzle(_patched("0.5.9"), "0.5.9", (10, 0))
+    swizzle = stand_ins.run_swizzle(wheels.patched(SEED, patch=PATCH), SEED, (10, 0))
     assert swizzle == stand_ins.Swizzle("default", {"is_persistent": True, "epilogue_subtile": 1})
-    assert stand_ins.run_swizzle(_patched("0.5.9"), "0.5.9", (9, 0)).constraints == {"split_k": 1}
+    assert stand_ins.run_swizzle(wheels.patched(SEED, patch=PATCH), SEED, (9, 0)).constraints == {
+        "split_k": 1
+    }
 
 
 MATRIX = MatrixHooks(matrix_expected, matrix_effect, matrix_symptom)

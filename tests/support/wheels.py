@@ -197,6 +197,26 @@ def expected_states(release: str, applying: str) -> dict[str, str]:
     }
 
 
+@cache
+def patched(release: str, *, patch: Patch) -> bytes:
+    """The file `patch` targets on `release` as `apply` leaves it: the wheel's member, transformed
+    in memory. Fails unless the patch applies there. Cached (by release and patch object): a run
+    transforms each file once, however many tests read it."""
+    from packaging.version import Version
+
+    from sglpatch import engine
+    from sglpatch.results import Applied
+
+    version = Version(release)
+    target = patch.target_file(version)
+    assert target is not None, f"{patch.id} has no file on {release}"
+    path = f"sglang/{target}"
+    change, outcomes = engine.transform_source(member(release, path), path, [patch], version)
+    assert isinstance(outcomes[patch.id], Applied), (release, outcomes[patch.id])
+    assert change is not None
+    return change.after
+
+
 def assert_left_alone(patch: Patch, release: str) -> None:
     """On a release with upstream's own fix, `patch` reports it and changes nothing."""
     from packaging.version import Version
