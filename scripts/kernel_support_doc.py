@@ -11,11 +11,15 @@ then what it needs and where the fact comes from; the choices the table does not
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
-from generated_doc import cell  # beside this script
-from generated_doc import main as write_or_check
+if not __package__:  # run as a file: run as the module instead (scripts/__init__.py says why)
+    os.execv(sys.executable, [sys.executable, "-m", "scripts.kernel_support_doc", *sys.argv[1:]])
+
+from scripts.generated_doc import cell
+from scripts.generated_doc import main as write_or_check
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "kernel-support.md"
@@ -37,8 +41,8 @@ newest. GEMM backends are named by flag: `fp8:` for `--fp8-gemm-backend`, `fp4:`
 """
 
 
-def _span(span: object) -> str:
-    low, high = span  # type: ignore[misc]
+def _span(span: tuple[tuple[int, int], tuple[int, int] | None]) -> str:
+    low, high = span
     shown = f"{low[0]}.{low[1]}"
     return shown if high == low else f"{shown}-{high[0]}.{high[1]}" if high else f"{shown}+"
 

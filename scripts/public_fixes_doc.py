@@ -13,13 +13,17 @@ gap, or open. tests/test_public_fixes.py checks the list against the catalogue.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections import Counter
 from pathlib import Path
 
-from generated_doc import cell  # beside this script
-from generated_doc import main as write_or_check
+if not __package__:  # run as a file: run as the module instead (scripts/__init__.py says why)
+    os.execv(sys.executable, [sys.executable, "-m", "scripts.public_fixes_doc", *sys.argv[1:]])
+
+from scripts.generated_doc import cell
+from scripts.generated_doc import main as write_or_check
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "docs" / "sm120-public-fixes.json"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
 import time
@@ -28,9 +29,12 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+if not __package__:  # run as a file: run as the module instead (scripts/__init__.py says why)
+    os.execv(sys.executable, [sys.executable, "-m", "scripts.sm120_census", *sys.argv[1:]])
+
+from tests.support import census, wheels  # the development helpers (tests/support)
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from tests.support import census, wheels  # noqa: E402
 
 RELEASES = ["0.5.9", "0.5.16", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]
 OUT = REPO / "docs" / "sm120-census.md"
@@ -118,10 +122,10 @@ def variants(release: str, arch: str) -> list[tuple[str, str, dict[str, object]]
     # MXFP4 where the deciding code names the architecture and MXFP4 (GPT-OSS).
     if f'"{arch}"' in text and re.search(rf'"{arch}"(?s:.{{0,4000}})mxfp4', text):
         quants.append("mxfp4")
-    found = [(q, q, {}) for q in quants]
+    found: list[tuple[str, str, dict[str, object]]] = [(q, q, {}) for q in quants]
     if arch in dsa_architectures(release):
         found += [(f"{q} DSA", q, {"index_topk": 2048}) for q in ("bf16", "fp8", "modelopt_fp4")]
-    return found  # type: ignore[return-value]
+    return found
 
 
 @dataclass(frozen=True)
@@ -327,7 +331,7 @@ def document(releases: Sequence[str], cells: list[Cell], seconds: float | None =
               "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     groups: dict[tuple[str, ...], tuple[set[str], set[str]]] = defaultdict(lambda: (set(), set()))
     for g in found:
-        key = (
+        key: tuple[str, ...] = (
             g.variant,
             f"{g.kind} `{g.value}` ({g.field})",
             "/".join(g.capabilities),

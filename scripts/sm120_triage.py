@@ -37,9 +37,13 @@ from packaging.version import InvalidVersion, Version
 
 from sglpatch.store.fsio import write_output  # as a shell's `>`, but whole
 
+if not __package__:  # run as a file: run as the module instead (scripts/__init__.py says why)
+    os.execv(sys.executable, [sys.executable, "-m", "scripts.sm120_triage", *sys.argv[1:]])
+
+from tests.support import wheels  # the one place that knows the wheel cache
+from tests.support.releases import RELEASES  # the releases, named once
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from tests.support import wheels  # noqa: E402  (the one place that knows releases and the wheel cache)
 
 PROG = "scripts/sm120_triage.py"
 DOC = REPO / "docs" / "sm120-upstream.md"
@@ -402,7 +406,7 @@ def diff_releases(previous: str, release: str) -> list[Hunk]:
 
 def releases(first: str, last: str) -> list[str]:
     """Known releases from `first` to `last`; a newer `last` (a new release) is appended."""
-    known = sorted(set(wheels.RELEASES) | {first, last}, key=Version)
+    known = sorted(set(RELEASES) | {first, last}, key=Version)
     return [r for r in known if Version(first) <= Version(r) <= Version(last)]
 
 
@@ -638,9 +642,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def release_name(value: str) -> str:
-    """An argparse type: a published release, spelled as tests/support/wheels.py spells it.
+    """An argparse type: a published release, spelled as tests/support/releases.py spells it.
 
-    Between the oldest and the newest release tests/support/wheels.py lists every one, so a
+    Between the oldest and the newest release tests/support/releases.py lists every one, so a
     version in that span it lacks is no release; one past the newest is a new release, fetched
     with pip.
     """
@@ -652,7 +656,7 @@ def release_name(value: str) -> str:
         ) from None
     if version.local is not None:
         raise argparse.ArgumentTypeError(f"{value!r} is not a release: it has a local label")
-    known = {Version(r): r for r in wheels.RELEASES}
+    known = {Version(r): r for r in RELEASES}
     if version in known:
         return known[version]
     oldest, newest = min(known), max(known)

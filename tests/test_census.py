@@ -4,32 +4,24 @@ gives 10.0, and its document is current."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import re
-import sys
 from functools import cache
 from types import ModuleType
 
 import pytest
 from packaging.version import Version
 
-from sglpatch import catalogue, engine, support
-from sglpatch.results import Applied
+from sglpatch import catalogue, support
 from tests.support import census, wheels
+from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
-
-SEED = "0.5.9"
-SCRIPT = wheels.REPO / "scripts" / "sm120_census.py"
 
 
 @cache
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sm120_census", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
+    module = importlib.import_module("scripts.sm120_census")
     module._quiet()
     return module
 
@@ -40,13 +32,11 @@ def _choice(outcome: census.Outcome, field: str) -> str:
 
 
 @cache
-def _patched(release: str, patch_id: str) -> dict[str, bytes]:
+def _replaced(release: str, patch_id: str) -> dict[str, bytes]:
+    """The file the catalogue's `patch_id` changes on `release`, as `apply` leaves it."""
     (patch,) = [p for p in catalogue.load() if p.id == patch_id]
-    version = Version(release)
-    path = f"sglang/{patch.target_file(version)}"
-    change, outcomes = engine.transform_source(wheels.member(release, path), path, [patch], version)
-    assert change is not None and isinstance(outcomes[patch_id], Applied)
-    return {path: change.after}
+    path = f"sglang/{patch.target_file(Version(release))}"
+    return {path: wheels.patched(release, patch=patch)}
 
 
 KNOWN = [  # (architecture, quantization, kind, field, what 12 gets, the patch, what it gets then)
@@ -67,7 +57,7 @@ def test_a_known_gap_is_found_and_gone_once_patched(
     got = _choice(census.Release(SEED, capability).evaluate(arch, quant), field)
     assert got == unpatched
     assert support.runs_on(kind, got, capability, release=SEED) is False
-    fixed = census.Release(SEED, capability, _patched(SEED, patch_id)).evaluate(arch, quant)
+    fixed = census.Release(SEED, capability, _replaced(SEED, patch_id)).evaluate(arch, quant)
     assert _choice(fixed, field) == patched
     assert support.runs_on(kind, patched, capability, release=SEED) is True
 

@@ -7,7 +7,8 @@ that kills a real bench run while it fills its padded tree.
 
 from __future__ import annotations
 
-import importlib.util
+import ast
+import importlib
 import json
 import os
 import signal
@@ -40,6 +41,7 @@ def _run(
         text=True,
         env={**os.environ, **(env or {})},
         timeout=60,
+        cwd=wheels.REPO,  # the scripts run from the repository's root (scripts/__init__.py)
         check=False,
     )
 
@@ -187,12 +189,33 @@ def test_triage_refuses_an_out_in_a_read_only_folder(kept: Path) -> None:
 
 
 def _load_triage() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sm120_triage", TRIAGE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("scripts.sm120_triage")
+
+
+def _edits_sys_path(source: str) -> bool:
+    """The code (not its strings: a child's program may put a tree first on purpose) calls
+    `sys.path.insert`, `.append` or `.extend`."""
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in {"insert", "append", "extend"}
+        and ast.unparse(node.func.value) == "sys.path"
+        for node in ast.walk(ast.parse(source))
+    )
+
+
+def test_the_scripts_find_the_development_helpers_without_editing_sys_path() -> None:
+    """scripts/ and tests/ import `tests.support` as a package of the repository's root (run
+    from there as modules, scripts/__init__.py), never by putting a folder on `sys.path`."""
+    found = [
+        str(path.relative_to(wheels.REPO))
+        for folder in ("scripts", "tests")
+        for path in sorted((wheels.REPO / folder).rglob("*.py"))
+        if _edits_sys_path(path.read_text(encoding="utf-8"))
+    ]
+    assert found == []
+    assert _edits_sys_path("import sys\nsys.path.insert(0, str(REPO))\n")  # what it looks for
+    assert not _edits_sys_path("code = 'sys.path.insert(0, site)'\n")
 
 
 def test_triage_refuses_an_out_the_system_will_not_let_it_write(

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from tests.support import wheels
 from tests.support.releases import SEED, UPGRADE
 
-SCRIPT = wheels.REPO / "scripts" / "sm120_triage.py"
 DOC = wheels.REPO / "docs" / "sm120-upstream.md"
 VERDICTS = wheels.REPO / "docs" / "sm120-verdicts.json"
 # The lead's backport ids: each must stand on the upstream change it backports.
@@ -31,16 +29,7 @@ ASSIGNED = {
 FIRST, LAST = "0.5.8.post1", UPGRADE
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sm120_triage", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-triage = _load()
+triage = importlib.import_module("scripts.sm120_triage")
 
 
 def _table(text: str) -> list[list[str]]:
@@ -167,12 +156,15 @@ def test_a_small_range_of_real_wheels_regenerates_the_committed_rows(tmp_path: P
     here, there = tmp_path / "here.md", tmp_path / "there.md"
     assert triage.main(["--from", FIRST, "--to", LAST, "--out", str(here)]) == 0
     # The same run in a fresh interpreter with another hash seed: nothing depends on set order.
+    # (Run as the module, from the root: scripts/__init__.py.)
     subprocess.run(
-        [sys.executable, str(SCRIPT), "--from", FIRST, "--to", LAST, "--out", str(there)],
+        [sys.executable, "-m", "scripts.sm120_triage", "--from", FIRST, "--to", LAST, "--out",
+         str(there)],
         check=True,
         env={**os.environ, "PYTHONHASHSEED": "7"},
         capture_output=True,
-    )
+        cwd=wheels.REPO,
+    )  # fmt: skip
     assert here.read_bytes() == there.read_bytes()
     fresh = _table(here.read_text())
     committed = [row for row in _table(DOC.read_text()) if row[0] in {SEED, UPGRADE}]

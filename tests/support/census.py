@@ -85,6 +85,7 @@ class Unknown:
     """
 
     __slots__ = ("_name",)
+    _name: str  # set once, in __init__ (setting an attribute is a no-op on a stand-in)
 
     def __init__(self, name: str) -> None:
         object.__setattr__(self, "_name", name)
@@ -165,8 +166,8 @@ class _StandInModule(types.ModuleType):
 
 def stand_in_torch(capability: Capability) -> types.ModuleType:
     torch = _StandInModule("torch")
-    torch.__path__ = []  # type: ignore[attr-defined]
-    torch.__version__ = "2.9.1+cu129"
+    torch.__path__ = []
+    torch.__version__ = "2.9.1+cu129"  # type: ignore[attr-defined]
     cuda = _StandInModule("torch.cuda")
     cuda.is_available = lambda: True  # type: ignore[attr-defined]
     cuda.is_initialized = lambda: True  # type: ignore[attr-defined]
@@ -179,7 +180,7 @@ def stand_in_torch(capability: Capability) -> types.ModuleType:
         absent.is_available = lambda: False  # type: ignore[attr-defined]
         setattr(torch, other, absent)
     torch.backends = _StandInModule("torch.backends")  # type: ignore[attr-defined]
-    torch.backends.mps = torch.mps  # type: ignore[attr-defined]
+    torch.backends.mps = torch.mps
     torch.version = types.SimpleNamespace(cuda="12.9", hip=None, xpu=None)  # type: ignore[attr-defined]
     return torch
 
@@ -401,13 +402,13 @@ class Sandbox(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                 )
             module = LiftedModule(name, self.source(path), self, preset)
             if name == "sglang.srt.utils":
-                module.__path__ = []  # type: ignore[attr-defined]
+                module.__path__ = []
                 return module
         found = self._file(name)
         if found is not None:
             module.__file__ = found[0]
         if found is None or found[1]:
-            module.__path__ = []  # type: ignore[attr-defined]
+            module.__path__ = []
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:
@@ -528,10 +529,14 @@ def _msgspec() -> types.ModuleType:
 
         __setattr__ = object.__setattr__
 
-    def field(*, default: Any = _NODEFAULT, default_factory: Any = _NODEFAULT, name: Any = None):
+    def field(
+        *, default: Any = _NODEFAULT, default_factory: Any = _NODEFAULT, name: Any = None
+    ) -> _StructField:
         return _StructField("", default, default_factory)
 
-    def defstruct(name: str, fields: Any, *, bases: Any = None, namespace: Any = None, **kw: Any):
+    def defstruct(
+        name: str, fields: Any, *, bases: Any = None, namespace: Any = None, **kw: Any
+    ) -> type:
         body = dict(namespace or {})
         annotations = {}
         for entry in fields:
@@ -547,11 +552,11 @@ def _msgspec() -> types.ModuleType:
     structs.asdict = lambda obj: {n: getattr(obj, n) for n in obj.__struct_fields__}  # type: ignore[attr-defined]
 
     def replace(obj: Any, **changes: Any) -> Any:
-        return type(obj)(**{**structs.asdict(obj), **changes})  # type: ignore[attr-defined]
+        return type(obj)(**{**structs.asdict(obj), **changes})
 
     structs.replace = replace  # type: ignore[attr-defined]
     module = types.ModuleType("msgspec")
-    module.__path__ = []  # type: ignore[attr-defined]
+    module.__path__ = []
     module.__dict__.update(
         Struct=Struct, field=field, defstruct=defstruct, structs=structs, NODEFAULT=_NODEFAULT
     )
@@ -775,7 +780,7 @@ class Release:
             return Outcome(not_evaluated="decided with stand-in " + ", ".join(CONSULTED.names))
         # 0.5.19+ keep the resolution as declarations: read them as SGLang's projection does.
         result = getattr(overrides, "resolution_result", None)
-        read = (
+        read: Callable[[str], Any] = (
             (lambda name: getattr(args, name, None))
             if result is None or isinstance(result, Unknown)
             else (lambda name: result(args, name) if hasattr(args, name) else None)

@@ -88,7 +88,7 @@ def shared() -> Iterator[None]:
     try:
         yield
     finally:
-        engine.parse, elision.elide = parse, elide  # type: ignore[assignment]
+        engine.parse, elision.elide = parse, elide
         _shared.clear()
 
 

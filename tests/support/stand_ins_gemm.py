@@ -385,11 +385,12 @@ def fp8_linear_choice(
     with _stand_ins(source, release, machine, extra):
         runtime_context = sys.modules.get("sglang.srt.runtime_context")
         if runtime_context is not None:  # 0.5.19+ read the backend from get_exec()
-            runtime_context.get_exec = lambda: types.SimpleNamespace(kernel=server_args)
+            runtime_context.get_exec = lambda: types.SimpleNamespace(kernel=server_args)  # type: ignore[attr-defined]
         namespace: dict[str, Any] = {"__name__": "fp8_utils_under_test"}
         exec(_compiled(source, "fp8_utils.py"), namespace)
-        for name in called or {}:
-            namespace[name] = _counted(namespace[name], name, called)
+        counts = called if called is not None else {}
+        for name in counts:
+            namespace[name] = _counted(namespace[name], name, counts)
         initialize: Callable[..., None] | None = namespace.get("initialize_fp8_gemm_config")
         if initialize is not None:
             params = initialize.__code__.co_argcount
