@@ -15,14 +15,15 @@ from tests.support import wheels
 from tests.support.releases import SEED, UPGRADE
 
 REPO = Path(__file__).resolve().parent.parent
-# Download 0.5.9 into an empty cache, from a local folder holding its wheel (not the network).
+# Download a release (the seed's) into an empty cache, from a local folder holding its wheel
+# (not the network).
 SCRIPT = """
 import sys
 from pathlib import Path
 from tests.support import wheels
 wheels.CACHE = Path(sys.argv[1])
 wheels.PIP_OPTIONS = ["--no-index", "--find-links", sys.argv[2]]
-print(wheels.wheel("0.5.9").name, file=sys.stdout)
+print(wheels.wheel(sys.argv[3]).name, file=sys.stdout)
 """
 
 
@@ -36,7 +37,7 @@ def source(tmp_path: Path) -> Path:
 
 def _download(cache: Path, source: Path, stderr: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, str(cache), str(source)],
+        [sys.executable, "-c", SCRIPT, str(cache), str(source), SEED],
         cwd=REPO, stdout=subprocess.PIPE, stderr=stderr,
     )  # fmt: skip
 
@@ -57,9 +58,9 @@ def test_a_download_on_a_terminal_says_what_and_where(tmp_path: Path, source: Pa
         shown += chunk
     out, _ = process.communicate()
     os.close(leader)
-    assert process.returncode == 0 and out.decode().startswith("sglang-0.5.9-")
+    assert process.returncode == 0 and out.decode().startswith(f"sglang-{SEED}-")
     text = shown.decode()
-    assert f"downloading the sglang 0.5.9 wheel into {tmp_path / 'cache'}" in text
+    assert f"downloading the sglang {SEED} wheel into {tmp_path / 'cache'}" in text
     assert "about 360 MB" in text and "SGLPATCH_WHEEL_CACHE" in text
     assert (tmp_path / "cache" / wheels.wheel(SEED).name).is_file()
 
@@ -71,10 +72,10 @@ def test_a_download_off_a_terminal_is_one_line(tmp_path: Path, source: Path) -> 
     out, err = process.communicate()
     assert process.returncode == 0
     (line,) = err.decode().splitlines()
-    assert line.startswith("tests: downloading the sglang 0.5.9 wheel into ")
+    assert line.startswith(f"tests: downloading the sglang {SEED} wheel into ")
     assert (tmp_path / "cache" / out.decode().strip()).is_file()
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [
-        ".lock-0.5.9",
+        f".lock-{SEED}",
         out.decode().strip(),
     ]
 
