@@ -21,7 +21,7 @@ import pytest
 
 from sglpatch import api
 from sglpatch.doctor.kernels import bounded, tools
-from tests.test_doctor_kernels import environment
+from tests.doctor.test_doctor_kernels import environment
 from tests.test_kernels_packages import by_package, env_with, site, write
 
 pytestmark = pytest.mark.skipif(

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
 from sglpatch.target import find_target
+from tests.doctor.test_doctor_inputs import one_line_error
 from tests.support.releases import NEWEST
-from tests.test_doctor_inputs import one_line_error
 from tests.test_target import git, make_checkout
 
 pytestmark = pytest.mark.wheel

@@ -51,7 +51,7 @@ def test_the_gb10_nvfp4_note_is_said_on_12_1_only_and_never_counted() -> None:
     assert known_gaps.known(release, {"Qwen3MoeForCausalLM"}, ("12.0",)) == known_gaps.Known()
     blocking, maybe, notes = known_gaps.rows(release, {"Qwen3MoeForCausalLM"}, ("12.1",))
     assert blocking == maybe == [] and [n.source for n in notes] == [NVFP4_NOTE.id]
-    assert Path(__file__).parents[1].joinpath(NVFP4_NOTE.sources).is_file()
+    assert Path(__file__).parents[2].joinpath(NVFP4_NOTE.sources).is_file()
 
 
 @pytest.mark.wheel

@@ -14,7 +14,7 @@ from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
 
-AUDIT = Path(__file__).resolve().parents[1] / "docs" / "doctor-audit.md"
+AUDIT = Path(__file__).resolve().parents[2] / "docs" / "doctor-audit.md"
 RELEASES = ("0.5.7", "0.5.9", "0.5.23")
 VERDICTS = ("REAL", "harmless", "unsure")
 BAR = 80.0  # issue #20: at least 80% of reported suspects are real

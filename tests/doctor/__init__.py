@@ -1,0 +1,1 @@
+"""doctor's tests (sglpatch.doctor and `sglpatch doctor`)."""
