@@ -30,8 +30,9 @@ This is the attention step alone: it does not make a DSA model run on 12. Before
 model's Lightning indexer scores the KV cache with DeepGEMM's `fp8_mqa_logits` /
 `get_paged_mqa_logits_metadata` / `fp8_paged_mqa_logits`, which have no capability-12 build
 ("Unsupported architecture", sglang issue #26087). On 0.5.22+ `sm120-dsa-indexer-fallback` sends
-the indexer to the release's own torch path; 0.5.9 - 0.5.21 have no such path, and there a DSA
-model still fails on 12 with this patch applied. Not judged on 12: the rest of the indexer
+the indexer to the release's own torch path; on 0.5.9 - 0.5.21, which have none,
+`sm120-dsa-indexer-torch-logits` and `sm120-dsa-backend-torch-schedule` route those calls to
+torch code proven equal to 0.5.22's on their inputs. Not judged on 12: the rest of the indexer
 (TileLang's `act_quant`, the index-K cache store, the top-k kernels); none of it has been run on
 a capability-12 GPU.
 

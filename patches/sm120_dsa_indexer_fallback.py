@@ -32,14 +32,11 @@ path takes one query row per sequence; by the release's code (not run), capabili
 builds the two-dimensional target-verify lengths (`is_sm100` only), so speculative decoding
 reaches it flattened, as on SM90.
 
-0.5.9 - 0.5.21 have no path off DeepGEMM in the DSA indexer, and none is backported: 0.5.22's
-torch path is not small there. Its two logits functions (about 90 lines) would have to replace
-DeepGEMM at 14 - 17 call sites in two files per release (the indexer's prefill, chunked prefill,
-context-parallel prefill and decode calls, and the DSA backend's schedule precomputation), in
-code that changes shape across them (nsa/ to 0.5.12, dsa/ from 0.5.13, a chunked decode from
-0.5.20), and proving the backport equal to 0.5.22's path on its inputs means running FP8 tensors
-through both, which needs torch the tests do not have. On those releases a DSA model still fails
-on 12.
+0.5.9 - 0.5.21 have no path off DeepGEMM in the DSA indexer: there
+`sm120-dsa-indexer-torch-logits` (the indexer) and `sm120-dsa-backend-torch-schedule` (the DSA
+backend's schedule) rebind the `deep_gemm` name they call through to torch code of our own,
+proven equal to this release's `_fp8_mqa_logits_torch` and `_fp8_paged_mqa_logits_torch` on the
+inputs their call sites pass.
 
 Not judged on 12 by this patch: the rest of the indexer's path (TileLang's `act_quant`, the
 index-K cache store, the top-k transform's kernels), and the opt-in DSA K-pool (`dsa_index_kpool`

@@ -1,7 +1,9 @@
 """What is known to break on capability 12 where doctor's reading cannot see it, and no patch fixes.
 
-doctor finds failures at capability gates; a kernel called with no gate at all (the DSA indexer's
-DeepGEMM calls) never shows up there, so after `sglpatch apply` such a model would read "ready".
+doctor finds failures at capability gates; a kernel called with no gate at all never shows up
+there, so after `sglpatch apply` such a model would read "ready" (the DSA indexer's DeepGEMM
+MQA-logits calls were one until sm120-dsa-indexer-torch-logits and sm120-dsa-backend-torch-schedule
+took them off on 0.5.9 - 0.5.21, and sm120-dsa-indexer-fallback on 0.5.22+).
 Each gap here is a fact established from the release trees and public reports (the sources are
 named), with the releases, models and parts it holds for. A gap blocks a model that is known to
 reach it; one that depends on the checkpoint is listed apart with its condition; some are only
@@ -17,20 +19,6 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sglpatch.doctor.diagnosis import Blocker
-from sglpatch.patches.sm120_dsa_backends import DSA_ARCHITECTURES
-
-# DSA models: these classes always use DSA sparse attention; the rest of DSA_ARCHITECTURES share
-# a class with models that do not (DeepSeek-V3, Mistral Large 3, LongCat), decided by the
-# checkpoint's config (`index_topk`).
-ALWAYS_DSA = frozenset(
-    {
-        "DeepseekV32ForCausalLM",
-        "GlmMoeDsaForCausalLM",
-        "GlmMoeDsaForCausalLMNextN",
-        "Glm5NextForConditionalGeneration",
-        "Glm5NextForConditionalGenerationNextN",
-    }
-)
 
 
 class KnownGap(NamedTuple):
@@ -47,20 +35,6 @@ class KnownGap(NamedTuple):
 
 
 GAPS: tuple[KnownGap, ...] = (
-    KnownGap(
-        "dsa-indexer-deep-gemm",
-        "DSA models die at their first forward in the Lightning indexer: DeepGEMM's "
-        "fp8_mqa_logits / fp8_paged_mqa_logits have no capability-12 build "
-        "('Unsupported architecture'), and this release has no other path",
-        SpecifierSet(">=0.5.9,<0.5.22"),
-        ("12.0", "12.1"),
-        "SGLang 0.5.22 or later with `sglpatch apply` (sm120-dsa-indexer-fallback), or a "
-        "DeepGEMM with SM120 MQA-logits kernels (DeepGEMM PR #324)",
-        "sglang issues #26087, #23657; DeepGEMM issues #236, #317",
-        always=ALWAYS_DSA,
-        maybe=frozenset(DSA_ARCHITECTURES) - ALWAYS_DSA,
-        when="if the checkpoint uses DSA sparse attention (`index_topk` in its config)",
-    ),
     KnownGap(
         "minimax-m3-nvfp4-blackwell-only",
         "MiniMax-M3.1 NVFP4 on capability 12 takes the override's Blackwell branch "

@@ -238,7 +238,8 @@ def test_rocm_reporting_major_12_is_untouched(release: str) -> None:
 @pytest.mark.parametrize("release", ["0.5.9", "0.5.12", "0.5.13", "0.5.17", "0.5.20", "0.5.21"])
 def test_earlier_indexers_have_no_path_off_deep_gemm(release: str) -> None:
     """Why the patch stops at 0.5.22: the indexer calls DeepGEMM's MQA-logits kernels directly
-    and reads no variable that could send it elsewhere (not for this release, not backported)."""
+    and reads no variable that could send it elsewhere (sm120-dsa-indexer-torch-logits is the
+    backport there)."""
     assert TARGET.get(Version(release)) is None
     folder = "dsa" if Version(release) >= Version("0.5.13") else "nsa"
     indexer = f"sglang/srt/layers/attention/{folder}/{folder}_indexer.py"
