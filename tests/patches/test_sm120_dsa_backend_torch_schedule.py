@@ -15,6 +15,7 @@ from sglpatch.patches.sm120_dsa_indexer_torch_logits import SHIM_CODE
 from sglpatch.results import AlreadyApplied
 from tests.support import deep_gemm_shim as shim
 from tests.support import stand_ins_moe as stand_ins
+from tests.support import wheels
 from tests.support.matrix import MatrixHooks
 
 pytestmark = pytest.mark.wheel
@@ -26,7 +27,7 @@ METHOD_IMPORTS = Version("0.5.13")  # before, each method imports DeepGEMM itsel
 @pytest.mark.parametrize("release", shim.RELEASES)
 def test_every_call_site_of_the_tree_is_listed_and_kept(release: str) -> None:
     before = shim.call_sites(shim.pristine(PATCH, release))
-    after = shim.call_sites(shim.patched(PATCH, release))
+    after = shim.call_sites(wheels.patched(release, patch=PATCH))
     assert {s.name for s in before} == {"get_paged_mqa_logits_metadata", "get_num_sms"}
     assert [s.name for s in after] == [s.name for s in before]
     local = Version(release) < METHOD_IMPORTS
@@ -42,7 +43,7 @@ def test_unpatched_capability_12_reaches_deep_gemm(release: str) -> None:
 @pytest.mark.parametrize("release", shim.RELEASES)
 def test_capability_12_takes_the_torch_code_and_others_deep_gemm(release: str) -> None:
     name = shim.path(PATCH, release)
-    shim.effect(PATCH, Version(release), {name: shim.patched(PATCH, release)})
+    shim.effect(PATCH, Version(release), {name: wheels.patched(release, patch=PATCH)})
 
 
 @pytest.mark.parametrize("release", ["0.5.9", "0.5.21"])
@@ -51,19 +52,19 @@ def test_capability_12_takes_the_torch_code_and_others_deep_gemm(release: str) -
 def test_a_users_setting_on_12_is_kept(
     release: str, capability: tuple[int, int], variable: str, lands: str
 ) -> None:
-    landing = shim.land(shim.patched(PATCH, release), release, capability, variable)
+    landing = shim.land(wheels.patched(release, patch=PATCH), release, capability, variable)
     assert shim.everywhere(landing) == {lands}
 
 
 @pytest.mark.parametrize("release", ["0.5.9", "0.5.21"])
 def test_rocm_reporting_major_12_is_untouched(release: str) -> None:
-    landing = shim.land(shim.patched(PATCH, release), release, (12, 5), hip=True)
+    landing = shim.land(wheels.patched(release, patch=PATCH), release, (12, 5), hip=True)
     assert shim.everywhere(landing) == {"deep_gemm"}
 
 
 @pytest.mark.parametrize("release", ["0.5.9", "0.5.12", "0.5.13", "0.5.21"])
 def test_idempotent_and_postcondition_holds(release: str) -> None:
-    source, version = shim.patched(PATCH, release), Version(release)
+    source, version = wheels.patched(release, patch=PATCH), Version(release)
     again, outcomes = engine.transform_source(source, shim.path(PATCH, release), [PATCH], version)
     assert again is None and isinstance(outcomes[PATCH.id], AlreadyApplied)
     module = engine.parse(source)

@@ -33,7 +33,7 @@ from sglpatch.patches.sm120_dsa_indexer_torch_logits import (
     SHIM,
     Sm120DsaIndexerTorchLogits,
 )
-from tests.support import deep_gemm_shim, syntax, wheels
+from tests.support import syntax, wheels
 
 pytestmark = pytest.mark.wheel
 
@@ -59,7 +59,7 @@ def _functions(source: bytes, names: set[str], namespace: dict[str, Any]) -> dic
 
 @functools.cache
 def _ours(torch: Any) -> Any:
-    source = deep_gemm_shim.patched(Sm120DsaIndexerTorchLogits(), "0.5.21")
+    source = wheels.patched("0.5.21", patch=Sm120DsaIndexerTorchLogits())
     classes = [n for n in syntax.tree(source).body if isinstance(n, ast.ClassDef)]
     namespace: dict[str, Any] = {"torch": torch, "is_cuda": lambda: False}
     body = [n for n in classes if n.name == SHIM]

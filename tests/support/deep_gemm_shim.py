@@ -12,7 +12,6 @@ torch code. Nothing imports torch or SGLang.
 from __future__ import annotations
 
 import ast
-import functools
 import os
 import sys
 import types
@@ -22,9 +21,7 @@ from unittest import mock
 
 from packaging.version import Version
 
-from sglpatch import engine
 from sglpatch.patch import Patch
-from sglpatch.results import Applied
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import syntax, wheels
 
@@ -174,16 +171,6 @@ def path(patch: Patch, release: str) -> str:
     target = patch.files.get(Version(release))
     assert target is not None
     return f"sglang/{target}"
-
-
-@functools.cache
-def patched(patch: Patch, release: str) -> bytes:
-    name = path(patch, release)
-    change, outcomes = engine.transform_source(
-        wheels.member(release, name), name, [patch], Version(release)
-    )
-    assert isinstance(outcomes[patch.id], Applied) and change is not None
-    return change.after
 
 
 def pristine(patch: Patch, release: str) -> bytes:
