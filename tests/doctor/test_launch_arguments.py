@@ -136,6 +136,8 @@ def test_unknown_flag_and_bad_choice_are_one_line_errors(release: str) -> None:
 @pytest.mark.parametrize("release", RELEASES)
 def test_whole_command_forms_are_stripped(release: str) -> None:
     options = table(release)
+    # prepare_server_args builds argparse.ArgumentParser(...) with abbreviations on, as here
+    assert b"allow_abbrev" not in wheels.member(release, SERVER_ARGS)
     args = ["--model-path", "m", "--tp-size", "2", "--enable-torch-symm-mem"]
     bare = parse_launch(options, args).given
     assert bare == {"model_path": "m", options.option("--tp-size").dest: 2,  # type: ignore[union-attr]
@@ -212,3 +214,30 @@ def test_a_retired_flag_sglang_refuses_is_refused(tmp_path: Path) -> None:
         parse_launch(options, ["--model-path", "m", "--old"])
     assert parse_launch(options, ["--model-path", "m"]).get("--model-path").origin is Origin.GIVEN
     assert argparse.SUPPRESS not in {o.default for o in options}
+
+
+def test_interpreter_and_env_options_are_stripped_other_commands_refused() -> None:
+    options = table(SEED)
+    args = ["--model-path", "m", "--tp-size", "2"]
+    bare = parse_launch(options, args).given
+    launch = parse_launch(
+        options,
+        [
+            "env",
+            "-u",
+            "HF_HOME",
+            "A=1",
+            "python3",
+            "-u",
+            "-X",
+            "dev",
+            "-m",
+            "sglang.launch_server",
+            *args,
+        ],
+    )
+    assert launch.given == bare and launch.environ == {"A": "1"}
+    for other in (["python", "serve.py", *args], ["python", "-m", "vllm.entrypoints.openai.api_server", *args],
+                  ["sglang", "generate", *args]):  # fmt: skip
+        with pytest.raises(UsageError, match="is no launch of SGLang"):
+            parse_launch(options, other)

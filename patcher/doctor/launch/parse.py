@@ -23,7 +23,9 @@ from sglpatch.errors import UsageError
 
 _ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _PYTHON = re.compile(r"(.*/)?python(\d+(\.\d+)?)?")
-_MODULES = ("sglang.launch_server", "sglang.srt.server")  # both start the same server
+_MODULE = "sglang.launch_server"
+_PYTHON_VALUED = {"-X", "-W", "-Q"}  # interpreter options that take the next word
+_ENV_VALUED = {"-u", "--unset", "-C", "--chdir", "-S", "--split-string"}
 
 
 class Origin(enum.Enum):
@@ -47,6 +49,9 @@ class Launch:
     values      every option's value by its `dest`, with where it came from
     argv        the arguments as given, command words included
     environ     `VAR=value` words before the command (`env VAR=... python -m ...`)
+
+    A `--config FILE` is kept as given and not read: the options in that YAML file (which
+    SGLang merges in before parsing) show here as their defaults.
     """
 
     release: str
@@ -136,29 +141,37 @@ def serve_form(serve_source: bytes | None) -> ServeForm | None:
 
 
 def _environment(words: list[str]) -> tuple[dict[str, str], list[str]]:
-    """`env A=1 B=2 cmd ...` or `A=1 cmd ...`: the assignments, and what follows them."""
+    """`env [-i] [-u NAME] A=1 B=2 cmd ...` or `A=1 cmd ...`: the assignments, and the command."""
     environ: dict[str, str] = {}
-    index = 1 if words[:1] == ["env"] else 0
+    index = 0
+    if words[:1] == ["env"]:
+        index = 1
+        while index < len(words) and words[index].startswith("-"):
+            index += 2 if words[index] in _ENV_VALUED else 1  # env's own options
     while index < len(words) and _ENV_ASSIGNMENT.match(words[index]):
         name, value = words[index].split("=", 1)
         environ[name] = value
         index += 1
-    if index == 1 and words[:1] == ["env"]:
-        return environ, words[1:]
     return environ, words[index:]
 
 
 def _command_stripped(release: str, words: list[str], serve: ServeForm | None) -> list[str]:
-    """The arguments after `python[3] -m sglang.launch_server` or `sglang serve`."""
-    if len(words) >= 3 and _PYTHON.fullmatch(words[0]) and words[1] == "-m":
-        if words[2] not in _MODULES:
-            raise UsageError(f"{words[2]} is not SGLang's server (python -m sglang.launch_server)")
-        return words[3:]
-    if words[:2] == ["-m", "sglang.launch_server"]:
+    """The arguments after `python[3] [options] -m sglang.launch_server` or `sglang serve`."""
+    if words and _PYTHON.fullmatch(words[0]):
+        index = 1
+        while index < len(words) and words[index] != "-m":
+            if not words[index].startswith("-"):  # a script, not a module: not SGLang's launch
+                raise UsageError(f"`{' '.join(words[: index + 1])}` is no launch of SGLang")
+            index += 2 if words[index] in _PYTHON_VALUED else 1  # the interpreter's options
+        module = words[index + 1] if index + 1 < len(words) else ""
+        if module != _MODULE:
+            raise UsageError(f"`{' '.join(words[: index + 2])}` is no launch of SGLang")
+        return words[index + 2 :]
+    if words[:2] == ["-m", _MODULE]:
         return words[2:]
     if words[:1] and words[0].split("/")[-1] == "sglang":
         if words[1:2] != ["serve"]:
-            raise UsageError(f"`{' '.join(words[:2])}` is no launch (sglang serve ...)")
+            raise UsageError(f"`{' '.join(words[:2])}` is no launch of SGLang (sglang serve ...)")
         if serve is None:
             raise UsageError(
                 f"SGLang {release} has no `sglang serve`: use python -m sglang.launch_server"

@@ -3,9 +3,11 @@
 How SGLang reads it, in `srt/configs/model_config.py` (`ModelConfig._parse_quant_hf_config`,
 `_parse_modelopt_quant_config`, `_verify_quantization`):
 - `hf_config.quantization_config`, else `compression_config` (compressed-tensors' older key).
-  Multimodal wrappers lift their language model's: `KimiK25Config` copies
-  `text_config.quantization_config` to the top (`srt/configs/kimi_k25.py`), so the nested one is
-  read where the top level has none.
+  Multimodal configs lift their language model's: `KimiK25Config` copies
+  `text_config.quantization_config` to the top (`srt/configs/kimi_k25.py`; 0.5.23 also
+  `kimi_k3.py`, `minimax_vl.py`, `glm5_next.py`). The nested one is read here for any model
+  whose top level has none (`where` says so): it is the checkpoint's own statement, though a
+  release whose config class does not lift it loads those weights as it would unquantized ones.
 - ModelOpt: a config without `quant_method` (0.5.3.post1 and later), or with
   `quant_method: "modelopt"` (0.5.10 and later), is named by its `quant_algo`:
   `MIXED_PRECISION` → `w4afp8` (`modelopt_mixed` from 0.5.10 where a layer is NVFP4), any
