@@ -16,7 +16,7 @@ from sglpatch.doctor.launch.arguments import read_arguments
 from sglpatch.doctor.launch.parse import Origin, parse_launch, serve_form
 from sglpatch.doctor.launch.source import UNKNOWN, directory_source
 from sglpatch.doctor.launch.table import ArgumentTable
-from sglpatch.errors import UsageError
+from sglpatch.errors import TargetError, UsageError
 from tests.support import wheels
 from tests.support.releases import RELEASES, SEED
 
@@ -93,6 +93,7 @@ def test_every_release_reads_and_parses_the_readme_recipe(release: str) -> None:
     launch = parse_launch(options, recipe())
     assert launch.model_path == "moonshotai/Kimi-K2.5"
     assert launch.value("--tp-size") == 8 and launch.get("--tp-size").origin is Origin.GIVEN
+    assert launch.value("tp_size") == 8  # the field's name, whatever argparse's dest
     assert launch.value("--speculative-algorithm") == "EAGLE3"
     assert launch.value("--speculative-num-draft-tokens") == 4
     assert launch.value("--trust-remote-code") is True
@@ -241,3 +242,12 @@ def test_interpreter_and_env_options_are_stripped_other_commands_refused() -> No
                   ["sglang", "generate", *args]):  # fmt: skip
         with pytest.raises(UsageError, match="is no launch of SGLang"):
             parse_launch(options, other)
+
+
+def test_a_tree_without_server_args_is_a_target_error(tmp_path: Path) -> None:
+    with pytest.raises(TargetError, match=r"no server_args\.py"):
+        read_arguments(directory_source(tmp_path), "9.9")
+    (tmp_path / "sglang" / "srt").mkdir(parents=True)
+    (tmp_path / "sglang" / "srt" / "server_args.py").write_text("class ServerArgs:\n    pass\n")
+    with pytest.raises(TargetError, match=r"no ServerArgs\.add_cli_args"):
+        read_arguments(directory_source(tmp_path), "9.9")

@@ -47,7 +47,9 @@ def read_arguments(
     """
     modules = Modules(source, parse)
     tree = modules.tree(SERVER_ARGS)
-    body = _add_cli_args(tree) if tree is not None else None
+    if tree is None:
+        raise TargetError(f"SGLang {release}: no server_args.py", SERVER_ARGS)
+    body = _add_cli_args(tree)
     if body is None:
         raise TargetError(f"SGLang {release}: no ServerArgs.add_cli_args", SERVER_ARGS)
     fields = server_args_fields(modules)
@@ -72,16 +74,37 @@ def read_arguments(
                 derived = derived_option(modules, field)
                 if derived is not None:
                     options.append(derived)
-    return ArgumentTable(release, tuple(options))
+    return ArgumentTable(release, tuple(options), _renamed(tree))
 
 
-def _add_cli_args(tree: ast.Module) -> ast.FunctionDef | None:
+def _method(tree: ast.Module, name: str) -> ast.FunctionDef | None:
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == "ServerArgs":
             for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "add_cli_args":
+                if isinstance(item, ast.FunctionDef) and item.name == name:
                     return item
     return None
+
+
+def _add_cli_args(tree: ast.Module) -> ast.FunctionDef | None:
+    return _method(tree, "add_cli_args")
+
+
+def _renamed(tree: ast.Module) -> dict[str, str]:
+    """`args.tp_size = args.tensor_parallel_size` in `ServerArgs.from_cli_args` (up to
+    0.5.13): field `tp_size` is read from dest `tensor_parallel_size`."""
+    method = _method(tree, "from_cli_args")
+    renamed: dict[str, str] = {}
+    for node in ast.walk(method) if method is not None else ():
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+            if (
+                isinstance(target, ast.Attribute)
+                and isinstance(value, ast.Attribute)
+                and ast.unparse(target.value) == ast.unparse(value.value) == "args"
+            ):
+                renamed[target.attr] = value.attr
+    return renamed
 
 
 def _statements(body: list[ast.stmt]) -> list[ast.stmt]:

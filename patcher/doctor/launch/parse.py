@@ -61,14 +61,15 @@ class Launch:
     environ: Mapping[str, str]
     table: ArgumentTable
 
-    def value(self, flag_or_dest: str) -> object:
-        """The value of `--flag` (any of its spellings) or of `dest`; KeyError when unknown."""
-        return self.get(flag_or_dest).value
+    def value(self, name: str) -> object:
+        """The value of `--flag` (any of its spellings), of a dest or of a `ServerArgs` field
+        (`tp_size` in every release); KeyError when the release has no such option."""
+        return self.get(name).value
 
-    def get(self, flag_or_dest: str) -> Value:
-        option = self.table.option(flag_or_dest)
+    def get(self, name: str) -> Value:
+        option = self.table.option(name)
         if option is None:
-            raise KeyError(flag_or_dest)
+            raise KeyError(name)
         return self.values[option.dest]
 
     @property

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from sglpatch.doctor.launch.source import Unknown
@@ -48,21 +48,30 @@ class Option(NamedTuple):
 
 @dataclass(frozen=True, eq=False)  # one table per release read: compared (and cached) by identity
 class ArgumentTable:
-    """Every launch option `release` declares, in declaration order."""
+    """Every launch option `release` declares, in declaration order.
+
+    renamed  `ServerArgs` field → the dest argparse stores it under, where they differ: up to
+             0.5.13 `--tensor-parallel-size` is stored as `tensor_parallel_size` and
+             `ServerArgs.from_cli_args` copies it to `tp_size` (`args.tp_size = args.
+             tensor_parallel_size`), so `option("tp_size")` finds it as SGLang's code names it
+    """
 
     release: str
     options: tuple[Option, ...]
+    renamed: Mapping[str, str] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[Option]:
         return iter(self.options)
 
-    def option(self, flag_or_dest: str) -> Option | None:
-        """The option declaring `--flag` (or storing into `dest`); None when there is none."""
+    def option(self, name: str) -> Option | None:
+        """The option declaring `--flag`, storing into `dest`, or setting the `ServerArgs`
+        field `name`; None when there is none."""
         for option in self.options:
-            if flag_or_dest in option.flags:
+            if name in option.flags:
                 return option
+        dest = self.renamed.get(name, name)
         for option in self.options:
-            if option.dest == flag_or_dest:
+            if option.dest == dest:
                 return option
         return None
 
