@@ -140,7 +140,10 @@ def test_the_readme_first_command_works_before_pipx_bin_is_on_path(
 @pytest.mark.wheel
 def test_shell_completion(fresh_venv: Path) -> None:
     sglpatch = fresh_venv / "bin" / "sglpatch"
-    assert "_SGLPATCH_COMPLETE" in run(sglpatch, "--show-completion", "bash")
+    # `--show-completion` names the shell it runs under (shellingham walks the process tree):
+    # run it from bash, as users do, not from whatever started the test session (`; true`
+    # keeps bash from exec-ing the command in its own place).
+    assert "_SGLPATCH_COMPLETE" in run("bash", "-c", f"'{sglpatch}' --show-completion; true")
     env = {
         **os.environ,
         "_SGLPATCH_COMPLETE": "complete_bash",

@@ -119,7 +119,12 @@ def append_to_class(node: cst.ClassDef, statements: Sequence[cst.BaseStatement])
 
 
 def statement(code: str, module: cst.Module) -> cst.BaseStatement:
-    """Parse new code with the module's own indentation and line endings."""
+    """Parse new code with the module's own indentation and line endings.
+
+    The text is given the module's line endings first: a multi-line string keeps the ones it is
+    written with, which the parser's configuration does not change."""
+    if module.default_newline != "\n":
+        code = code.replace("\n", module.default_newline)
     return cst.parse_statement(code, config=module.config_for_parsing)
 
 
