@@ -15,8 +15,7 @@ from sglpatch.results import Failed, Outcome
 from sglpatch.target import Target
 
 if TYPE_CHECKING:
-    from sglpatch.doctor.kernels import KernelFinding
-    from sglpatch.doctor.verdict import Diagnosis
+    from sglpatch.doctor import Diagnosis, KernelFinding
     from sglpatch.store.state import Entry
 
 
@@ -131,6 +130,9 @@ class CatalogueRow(NamedTuple):
 
 
 class DoctorReport(NamedTuple):
+    """`doctor`'s answer on a target. `diagnosis` is the whole of it; the last three fields
+    repeat its own (`kernels`, `kernels_from`, `model_from`) for scripts written before."""
+
     target: Target
     diagnosis: Diagnosis  # its blockers include the kernel packages' (source: the kernels)
     # The compiled packages beside SGLang (None: not judged, the target is a checkout).

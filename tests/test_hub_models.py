@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from sglpatch import hub
-from sglpatch.api.doctor import model_asked
 from sglpatch.cli import app
+from sglpatch.doctor.models import hub
+from sglpatch.doctor.models.asked import model_asked
 from sglpatch.errors import ExitCode, UsageError
 from tests.support import wheels
 from tests.support.releases import SEED

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from sglpatch import __version__
-from sglpatch.usage import Group, examples
+from sglpatch.cli.usage import Group, examples
 
 app = typer.Typer(
     name="sglpatch",

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from sglpatch import api, as_json
+from sglpatch import api
+from sglpatch.cli import as_json
 from sglpatch.cli.app import app
 from sglpatch.cli.errors import changed, handled
 from sglpatch.cli.options import (
@@ -33,9 +34,9 @@ from sglpatch.cli.output import (
     say_found,
     suggest,
 )
+from sglpatch.cli.usage import examples
 from sglpatch.errors import ExitCode, RefusedError, UsageError
 from sglpatch.reports import tally
-from sglpatch.usage import examples
 
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the diff; write nothing.")]
 InteractiveOption = Annotated[

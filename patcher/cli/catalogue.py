@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from sglpatch import api, as_json
+from sglpatch import api
+from sglpatch.cli import as_json
 from sglpatch.cli.app import app
 from sglpatch.cli.errors import handled
 from sglpatch.cli.options import (
@@ -22,7 +23,7 @@ from sglpatch.cli.options import (
     release_asked,
 )
 from sglpatch.cli.output import emit, fail_on, say_found
-from sglpatch.usage import examples
+from sglpatch.cli.usage import examples
 
 
 @app.command(

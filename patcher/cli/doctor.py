@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from sglpatch import api, as_json
-from sglpatch.api.doctor import ENVIRONMENT, KERNELS
+from sglpatch import api
+from sglpatch.cli import as_json
 from sglpatch.cli.app import app
 from sglpatch.cli.errors import handled
 from sglpatch.cli.options import (
@@ -22,11 +22,11 @@ from sglpatch.cli.options import (
     release_asked,
 )
 from sglpatch.cli.output import emit, release_note
+from sglpatch.cli.usage import examples
 from sglpatch.errors import ExitCode
-from sglpatch.usage import examples
 
 if TYPE_CHECKING:  # doctor's scanners load only when doctor runs
-    from sglpatch.doctor.verdict import Blocker, Diagnosis, Suspect
+    from sglpatch.doctor import Blocker, Diagnosis, Suspect
 
 
 # typer needs Optional[...] at run time on Python 3.10 for these annotations.
@@ -197,7 +197,7 @@ def _print_rows(rows: tuple[Blocker, ...], conditions: bool = True) -> None:
         fix = f"fixed by `sglpatch apply` ({blocker.fixed_by})" if blocker.fixed_by else ""
         fix = fix or f"no patch yet ({blocker.source})"
         note = f"; {blocker.note}" if blocker.note else ""
-        if blocker.source in (KERNELS, ENVIRONMENT):  # another build, a missing package
+        if blocker.beyond_apply:  # another build, a missing package
             fix, note = "`sglpatch apply` cannot fix it", f"; fix: {blocker.note}"
         when = f" ({blocker.when})" if blocker.when and conditions else ""
         typer.echo(f"  - {blocker.what}{when}\n      {fix}{note}")
@@ -224,7 +224,7 @@ def _print_next(report: api.DoctorReport) -> None:
     """What to run: apply when a listed patch is pending, then doctor again."""
     found = report.diagnosis
     rows = (*found.blockers, *found.opt_in)
-    if any(b.fixed_by and b.source != KERNELS for b in rows):
+    if any(b.fixed_by and not b.beyond_apply for b in rows):
         again = "sglpatch doctor" + (f" --model {found.asked}" if found.asked else "")
         typer.echo(f"\nNext: `{found.apply_command}`, then `{again}` again.")
 
@@ -301,14 +301,14 @@ def _print_kernels(report: api.DoctorReport, verbose: bool = False) -> None:
         return
     if report.kernels_from is not None and report.kernels_from != report.target.root:
         typer.echo(f"\nKernels read in {report.kernels_from}, the environment that found it.")
-    from sglpatch.doctor import kernels
+    from sglpatch.doctor import render_kernels
 
     installed = [k for k in report.kernels if k.version is not None]
     absent = [k.package for k in report.kernels if k.version is None]
     asked = report.diagnosis.capabilities  # --capability: that part alone
     if installed and verbose:
         typer.echo("")
-        for line in kernels.render(installed, asked):
+        for line in render_kernels(installed, asked):
             typer.echo(line)
     elif installed:
         failing = [k for k in installed if any(k.runs_on.get(c) is False for c in asked)]

@@ -6,14 +6,15 @@ from typing import Annotated
 
 import typer
 
-from sglpatch import api, as_json
+from sglpatch import api
 from sglpatch.api.revert import UpgradedSince
+from sglpatch.cli import as_json
 from sglpatch.cli.app import app
 from sglpatch.cli.errors import changed, handled
 from sglpatch.cli.options import JsonOption, LedgerOption, TargetOption
 from sglpatch.cli.output import emit, say_found, suggest
+from sglpatch.cli.usage import examples
 from sglpatch.errors import RefusedError
-from sglpatch.usage import examples
 
 
 @app.command(

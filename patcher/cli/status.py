@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from sglpatch import api, as_json
+from sglpatch import api
+from sglpatch.cli import as_json
 from sglpatch.cli.app import app
 from sglpatch.cli.errors import handled, say_error
 from sglpatch.cli.options import (
@@ -20,9 +21,9 @@ from sglpatch.cli.options import (
     release_asked,
 )
 from sglpatch.cli.output import emit, patch_row, say_found, suggest
+from sglpatch.cli.usage import examples
 from sglpatch.errors import ExitCode
 from sglpatch.reports import tally
-from sglpatch.usage import examples
 
 
 @app.command(

@@ -1,12 +1,105 @@
 """`sglpatch doctor`: read an SGLang tree's own source (never import it) and answer whether it runs
 on capability-12 GPUs, with EAGLE-3 on a given model.
 
-- `scanner` (over `candidates`, `chunks`, `gates`, `tables`; `gates` over `decisions`,
-  `evaluator` and `devices`): capability gates and what capability 12 gets at each (suspects);
-- `eagle3`: the methods EAGLE-3 calls on the target model;
-- `census`: the generation models SGLang registers, and their methods;
-- `coverage`: the catalogue run in memory, which patches still have work and what they cover;
-- `verdict`: blockers, suspects, and the one-line answer (`verdict.diagnose`, a `diagnosis`).
+`diagnose` is the one door: it returns the whole answer, a `Diagnosis` (kernels included). The
+API, the terminal and the JSON writer import this package and nothing below it; the names they
+need are here. `docs/doctor-internals.md` draws the layout and holds the glossary.
 
-The package imports none of them itself; `pool` runs the scan and `coverage` in worker processes.
+Importing this package loads none of doctor's readers: every command imports it at start-up.
 """
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sglpatch.doctor.facts.gpus import CAPABILITIES
+from sglpatch.errors import UsageError
+
+if TYPE_CHECKING:
+    from sglpatch.doctor.findings import Finding as Finding
+    from sglpatch.doctor.kernels import KernelFinding as KernelFinding
+    from sglpatch.doctor.report import Blocker as Blocker
+    from sglpatch.doctor.report import Diagnosis as Diagnosis
+    from sglpatch.doctor.report import ModelReport as ModelReport
+    from sglpatch.doctor.report import Suspect as Suspect
+    from sglpatch.target import Target
+
+__all__ = [
+    "CAPABILITIES",
+    "Blocker",
+    "Diagnosis",
+    "Finding",
+    "KernelFinding",
+    "ModelReport",
+    "Suspect",
+    "capabilities",
+    "diagnose",
+    "render_kernels",
+]
+
+
+def diagnose(
+    target: Target,
+    model: str | None = None,
+    catalog: Path | None = None,
+    *,
+    model_path: Path | None = None,
+    strict: bool = False,
+    progress: Callable[[str], None] | None = None,
+    capabilities: Sequence[str] = CAPABILITIES,
+) -> Diagnosis:
+    """Will `target` run on capability-12 GPUs (with EAGLE-3 on `model`)? From its own source.
+
+    `model` is an architecture name (`KimiK25ForConditionalGeneration`), a models module's
+    stem (`kimi_k25`) or a Hugging Face id (`moonshotai/Kimi-K2.5`, read in the local hub
+    cache); `model_path` is a checkpoint folder whose config.json names it, or a Hugging Face
+    id when no such folder exists (as SGLang's own --model-path). `catalog` is the catalogue's
+    folder (None: the installed one); `capabilities` the parts asked about (`capabilities()`).
+    """
+    from sglpatch.doctor import answer  # its readers load only when doctor runs
+
+    return answer.diagnose(
+        target,
+        model,
+        catalog,
+        model_path=model_path,
+        strict=strict,
+        progress=progress,
+        capabilities=capabilities,
+    )
+
+
+def capabilities(capability: str | None) -> tuple[str, ...]:
+    """The capabilities `--capability` asks about: one of `CAPABILITIES`, or both (None)."""
+    if capability is None:
+        return CAPABILITIES
+    if capability not in CAPABILITIES:
+        raise UsageError(f"--capability {capability}: one of {', '.join(CAPABILITIES)}")
+    return (capability,)
+
+
+def render_kernels(found: Sequence[KernelFinding], asked: Sequence[str]) -> list[str]:
+    """The kernels section's lines for the terminal, one package in a few lines each."""
+    from sglpatch.doctor import kernels
+
+    return kernels.render(found, asked)
+
+
+# The value types, loaded on first use (their modules import the kernel-support table).
+_TYPES = {
+    "Blocker": "report",
+    "Diagnosis": "report",
+    "ModelReport": "report",
+    "Suspect": "report",
+    "Finding": "findings",
+    "KernelFinding": "kernels",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TYPES:
+        return getattr(importlib.import_module(f"sglpatch.doctor.{_TYPES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from sglpatch.doctor import chunks
-from sglpatch.doctor.diagnosis import Blocker, ModelReport
+from sglpatch.doctor.report import Blocker, ModelReport
 from sglpatch.doctor.source_tree import (
     TOO_DEEP,
     TOO_DEEP_WHY,

@@ -26,13 +26,13 @@ from typing import NamedTuple
 
 from sglpatch import support
 from sglpatch.doctor import entries
+from sglpatch.doctor.facts.gpus import CAPABILITIES
 from sglpatch.doctor.findings import Chosen, Finding
 from sglpatch.doctor.source_tree import last_name
 
 FAILS, LOSES, NOT_JUDGED, HARMLESS = "fails", "loses", "not judged", "harmless"
 LISTED = (FAILS, LOSES)
 _ORDER = (FAILS, LOSES, NOT_JUDGED, HARMLESS)
-CAPABILITIES = ("12.0", "12.1")
 
 
 class Judgement(NamedTuple):

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.doctor.diagnosis import Blocker
+from sglpatch.doctor.report import Blocker
 
 
 class KnownGap(NamedTuple):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
@@ -35,20 +35,20 @@ from sglpatch.doctor import (
     eagle3,
     judged,
     known_gaps,
+    pending,
     pool,
     scanner,
     tables,
     unreached,
 )
-from sglpatch.doctor.diagnosis import UNTESTED
-from sglpatch.doctor.diagnosis import Blocker as Blocker
-from sglpatch.doctor.diagnosis import Diagnosis as Diagnosis
-from sglpatch.doctor.diagnosis import ModelReport as ModelReport
-from sglpatch.doctor.diagnosis import Suspect as Suspect
+from sglpatch.doctor.facts.gpus import CAPABILITIES
 from sglpatch.doctor.findings import Finding
+from sglpatch.doctor.report import Blocker, Diagnosis, ModelReport, Suspect
 from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, read_file
-from sglpatch.patch import Effect, Patch
-from sglpatch.results import Failed
+from sglpatch.patch import Patch
+
+if TYPE_CHECKING:
+    from sglpatch.doctor.environment import Environment
 
 Progress = Callable[[str], None]
 
@@ -62,8 +62,13 @@ def diagnose(
     strict: bool = False,
     progress: Progress | None = None,
     quantization: str | None = None,
-    capabilities: Sequence[str] = judged.CAPABILITIES,
+    capabilities: Sequence[str] = CAPABILITIES,
+    beside: Callable[[], Environment | None] | None = None,
+    model_from: Path | None = None,
 ) -> Diagnosis:
+    """The whole answer for the tree at `package_dir`. `beside` reads the environment that runs
+    it (its kernels and missing requirements; None: not judged), once the tree is read;
+    `model_from` is the config.json that named `model`."""
     say = progress or (lambda _: None)  # the stages, for a terminal's progress line
     source = Source(package_dir)
     paths, names = _models_asked(source, model)
@@ -85,32 +90,38 @@ def diagnose(
     chosen = reports[0] if model is not None and len(reports) == 1 else None
     suspects = tuple(s for s in every if s.verdict in judged.LISTED)
     asked = _asked(source, paths, read, quantization) if model is not None else None
-    found = _sort(work, chosen, asked, release)
+    found = pending.sort(work, chosen, asked, release)
     gaps, maybe, known = known_gaps.rows(release, asked and asked.names, capabilities)
     blockers = found.blockers + gaps + (eagle3.missing_methods(reports) if model else [])
     if strict:
         blockers += [_as_blocker(s) for s in suspects]
+    environment = beside() if beside is not None else None
+    if environment is not None:  # its missing requirements first, the kernels last
+        blockers = [*environment.missing, *blockers, *environment.failing]
     return Diagnosis(
-        release,
-        chosen,
-        tuple(blockers),
-        suspects,
-        tuple(f for f in read.findings if f.kind == "refusal"),
-        read.required,
-        reports,
-        {r.name: r.excluded for r in read.registered if r.excluded},
-        strict,
-        model,
-        tuple(sorted(source.not_judged.items())),
-        tuple(found.opt_in + maybe),
-        tuple(found.tables),
-        tuple(found.elsewhere),
-        quantization if model is not None else None,
-        tuple(s for s in every if s.verdict == judged.NOT_JUDGED),
-        sum(1 for s in every if s.verdict == judged.HARMLESS),
-        tuple(capabilities),
-        tuple(found.undecided),
-        known,
+        release=release,
+        model=chosen,
+        blockers=tuple(blockers),
+        suspects=suspects,
+        refusals=tuple(f for f in read.findings if f.kind == "refusal"),
+        required=read.required,
+        models=reports,
+        excluded={r.name: r.excluded for r in read.registered if r.excluded},
+        strict=strict,
+        asked=model,
+        not_judged=tuple(sorted(source.not_judged.items())),
+        opt_in=tuple(found.opt_in + maybe),
+        tables=tuple(found.tables),
+        elsewhere=tuple(found.elsewhere),
+        quantization=quantization if model is not None else None,
+        unjudged=tuple(s for s in every if s.verdict == judged.NOT_JUDGED),
+        harmless=sum(1 for s in every if s.verdict == judged.HARMLESS),
+        capabilities=tuple(capabilities),
+        undecided=tuple(found.undecided),
+        known=known,
+        kernels=None if environment is None else environment.kernels,
+        kernels_from=None if environment is None else environment.site,
+        model_from=model_from,
     )
 
 
@@ -215,12 +226,16 @@ def _judged(
     ]
 
 
-def _asked(source: Source, paths: Sequence[Path], read: _Read, quantization: str | None) -> _Asked:
+def _asked(
+    source: Source, paths: Sequence[Path], read: _Read, quantization: str | None
+) -> pending.Scope:
     """The model --model chose, as the pending patches are sorted by it."""
     files = {source.shown(p) for p in paths}
     names = {r.name for r in read.registered}
     unread = census.unread(source, files, bool(names))
-    return _Asked(names, _modules_of(read.models, read.registered), files, quantization, unread)
+    return pending.Scope(
+        names, pending.modules_of(read.models, read.registered), files, quantization, unread
+    )
 
 
 def _suspect(
@@ -265,103 +280,6 @@ def _as_blocker(suspect: Suspect) -> Blocker:
     what = listed[0].what if listed else f"capability 12 gets {f.gets} ({f.kind})"
     when = f"with {suspect.opt_in}" if suspect.opt_in else ""
     return Blocker(what, f"{f.file}:{f.line}", suspect.covered_by, when=when)
-
-
-class _Asked(NamedTuple):
-    """The model `--model` chose, as patches' `concerns` are matched against it."""
-
-    names: set[str]  # its registered classes
-    modules: set[str]  # sglang.srt.models.x defining them, and the modules those import from
-    files: set[str]  # sglang/srt/models/x.py read for it
-    quantization: str | None  # the checkpoint's, when known
-    unread: tuple[str, ...] = ()  # what doctor could not read of it (sglang/...): not judged
-
-
-class _Sorted(NamedTuple):
-    blockers: list[Blocker]
-    opt_in: list[Blocker]
-    tables: list[Blocker]
-    elsewhere: list[str]
-    undecided: list[str]
-
-
-def _modules_of(models: census.Models, registered: Sequence[census.Registered]) -> set[str]:
-    found: set[str] = set()
-    for entry in registered:
-        for path in (entry.path, entry.listed_in):
-            summary = models.summary(path)
-            if summary is not None:
-                found.add(summary.module)
-                found.update(module for module, _ in summary.imports.values())
-    return found
-
-
-def _concerned(check: coverage.PatchCheck, asked: _Asked) -> bool:
-    """Whether the model's start-up reaches the patch's code (quantization and flag aside)."""
-    concerns = check.patch.concerns
-    if concerns.runtime != "srt":
-        return False
-    if concerns.every_model:
-        # A patch that names no model but edits a models module concerns that module's models.
-        return not check.file.startswith("sglang/srt/models/") or check.file in asked.files
-    return bool(concerns.architectures and asked.names & set(concerns.architectures)) or any(
-        module == used or module.startswith(f"{used}.")
-        for used in concerns.uses
-        for module in asked.modules
-    )
-
-
-def _sort(
-    work: Sequence[coverage.PatchCheck],
-    chosen: ModelReport | None,
-    asked: _Asked | None,
-    release: Version | None,
-) -> _Sorted:
-    """The pending patches, in one list each: blockers, opt-in, tables, other models', undecided."""
-    found = _Sorted([], [], [], [], [])
-    for check in work:
-        patch = check.patch
-        if chosen is not None and chosen.fixed_by == patch.id:
-            continue  # reported as the model's missing methods
-        concerns = patch.concerns
-        when = f"with {concerns.flag}" if concerns.flag else ""
-        if release is not None and patch.effect_on(release) is Effect.TABLE:
-            found.tables.append(_as_pending(check, release, f"{Effect.TABLE.value} on {release}"))
-            continue
-        if asked is None:
-            if check.file.startswith("sglang/srt/models/"):
-                continue  # another model's fix
-            found.blockers.append(_as_pending(check, release, when=when))
-            continue
-        wanted = concerns.quantization
-        if wanted and asked.quantization is not None and asked.quantization not in wanted:
-            found.elsewhere.append(patch.id)
-        elif not _concerned(check, asked):
-            unknown = asked.unread and concerns.runtime == "srt"  # it may concern the model
-            (found.undecided if unknown else found.elsewhere).append(patch.id)
-        elif concerns.flag:
-            found.opt_in.append(_as_pending(check, release, when=when))
-        else:
-            condition = "" if not wanted or asked.quantization else _if_quantized(wanted)
-            found.blockers.append(_as_pending(check, release, when=condition))
-    return found
-
-
-def _if_quantized(quantization: tuple[str, ...]) -> str:
-    return f"if the checkpoint is {' or '.join(quantization)}"
-
-
-def _as_pending(
-    check: coverage.PatchCheck, release: Version | None, note: str = "", when: str = ""
-) -> Blocker:
-    """A pending patch as a row of the report: fixed by apply, or the reason it fails."""
-    patch = check.patch
-    if isinstance(check.outcome, Failed):
-        fails = f"the patch fails: {check.outcome.reason}"
-        return Blocker(patch.symptom, patch.id, None, "; ".join(filter(None, (fails, note))), when)
-    if release is not None and not patch.is_tested(release):
-        note = "; ".join(filter(None, (note, UNTESTED)))
-    return Blocker(patch.symptom, patch.id, patch.id, note, when)
 
 
 def _ours(

@@ -97,17 +97,17 @@ def test_a_checkout_is_judged_in_the_environment_that_found_it(tmp_path: Path) -
 
     from packaging.version import Version
 
-    from sglpatch.api.doctor import _environment
+    from sglpatch.doctor.environment import site_packages
     from sglpatch.target import Layout, Target
 
     site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
     site.mkdir(parents=True)
     checkout = Target(tmp_path / "sglang", Layout.CHECKOUT, Version(SEED), "tag v0.5.9", None, ())
-    assert _environment(checkout) is None  # given by --target: no environment is known
+    assert site_packages(checkout) is None  # given by --target: no environment is known
     found = dataclasses.replace(checkout, found_by=f"$VIRTUAL_ENV at {tmp_path / 'venv'}")
-    assert _environment(found) == site
+    assert site_packages(found) == site
     installed = Target(site, Layout.SITE_PACKAGES, Version(SEED), "METADATA", None, ())
-    assert _environment(installed) == site
+    assert site_packages(installed) == site
 
 
 def test_the_sgl_kernel_fix_names_what_was_read_not_remembered_wheels(

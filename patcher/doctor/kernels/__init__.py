@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from sglpatch.doctor.facts.gpus import CAPABILITIES
 from sglpatch.doctor.kernels import inspectors
 from sglpatch.doctor.kernels.packages import Distributions
 from sglpatch.doctor.kernels.triton_ptxas import inspect_triton
@@ -24,12 +25,10 @@ from sglpatch.doctor.kernels.verdict import KernelFinding, not_judged, render
 
 __all__ = ["KernelFinding", "inspect", "render"]
 
-DEFAULT_CAPABILITIES = ("12.0", "12.1")
-
 
 def inspect(
     site_packages: Path,
-    capabilities: Sequence[str] = DEFAULT_CAPABILITIES,
+    capabilities: Sequence[str] = CAPABILITIES,
     *,
     environ: Mapping[str, str] | None = None,
 ) -> list[KernelFinding]:

@@ -1,19 +1,29 @@
-"""doctor's report as values: the blockers, the suspects, the models and the one-line answer
-(`Diagnosis.verdict`). `verdict.diagnose` computes it; its docstring says what each part means.
+"""doctor's answer as values: the blockers, the suspects, the models, the kernels and the one-line
+answer (`Diagnosis.verdict`). `verdict.diagnose` computes it; its docstring says what each part
+means. `sglpatch.doctor.diagnose` returns it whole; nothing outside `doctor/` builds or edits one.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
 from sglpatch.doctor import judged
+from sglpatch.doctor.facts.gpus import CAPABILITIES
 from sglpatch.doctor.findings import Finding
+
+if TYPE_CHECKING:
+    from sglpatch.doctor.kernels import KernelFinding
 
 # A pending patch's note when the release is outside its tested range: apply refuses it
 # without --force, so doctor names --force as apply's refusal does.
 UNTESTED = "untested on this release: apply --force"
+# The source of a blocker in the environment itself: a requirement of SGLang not installed.
+ENVIRONMENT = "the environment"
+# The source of a blocker in a compiled package beside SGLang: no patch of sglpatch's fixes it.
+KERNELS = "the installed kernels"
 
 
 class Blocker(NamedTuple):
@@ -22,6 +32,12 @@ class Blocker(NamedTuple):
     fixed_by: str | None  # the patch `sglpatch apply` runs to fix it
     note: str = ""  # why apply cannot fix it, when it cannot
     when: str = ""  # the condition it breaks under: "with --enable-torch-symm-mem", "if ..."
+
+    @property
+    def beyond_apply(self) -> bool:
+        """In the environment, not the tree: another build or a missing package (`note`: the
+        command that fixes it)."""
+        return self.source in (KERNELS, ENVIRONMENT)
 
 
 class ModelReport(NamedTuple):
@@ -72,11 +88,18 @@ class Diagnosis(NamedTuple):
     # decisions give 12 something that runs (counted, not listed).
     unjudged: tuple[Suspect, ...] = ()
     harmless: int = 0
-    capabilities: tuple[str, ...] = judged.CAPABILITIES
+    capabilities: tuple[str, ...] = CAPABILITIES
     # With --model whose module could not be read: pending patches that may concern it (ids).
     undecided: tuple[str, ...] = ()
     # Known gaps no patch fixes that the reading cannot see, said but not counted (known_gaps).
     known: tuple[Blocker, ...] = ()
+    # The compiled packages beside SGLang (None: not judged, the target is a checkout), and the
+    # site-packages they were read in. Their blockers are in `blockers` (source: `KERNELS`).
+    kernels: tuple[KernelFinding, ...] | None = None
+    kernels_from: Path | None = None
+    # The config.json the model's architecture was read in: --model-path's, or a Hugging Face
+    # id's snapshot in the local hub cache (None: --model named the architecture or module).
+    model_from: Path | None = None
 
     @property
     def ready(self) -> bool:

@@ -10,8 +10,7 @@ from sglpatch.results import AlreadyApplied, Failed, NotApplicable, Outcome
 from sglpatch.target import Target
 
 if TYPE_CHECKING:
-    from sglpatch.doctor.findings import Finding
-    from sglpatch.doctor.verdict import Blocker, Suspect
+    from sglpatch.doctor import Blocker, Finding, Suspect
 
 JSON = dict[str, Any]
 
