@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Write docs/kernel-support.md from the kernel-support table (patcher/data/kernel_support.json).
+"""Write docs/kernel-support.md from the kernel-support table
+(patcher/doctor/facts/kernel_support.json).
 
 One row per reading of each record (a record's `earlier` readings get their own rows, named by
 the SGLang releases they hold for), the capabilities doctor compares (12.0, 12.1, 10.0, 9.0),
@@ -20,24 +21,26 @@ if not __package__:  # run as a file: run as the module instead (scripts/__init_
 
 from scripts.generated_doc import cell
 from scripts.generated_doc import main as write_or_check
+from sglpatch.doctor.facts import gpus
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "kernel-support.md"
-CAPABILITIES = ((12, 0), (12, 1), (10, 0), (9, 0))
+# The columns: the parts doctor answers for, then those SGLang's gates compare them with.
+CAPABILITIES = tuple(g.capability for g in (*gpus.ASKED, gpus.B200, gpus.HOPPER))
 SHOWN = {True: "runs", False: "no", None: "unknown"}
 
 HEADER = """\
 # Kernel support by compute capability
 
-Generated from `patcher/data/kernel_support.json` by `scripts/kernel_support_doc.py`; do not
-edit by hand (a test checks the two agree). Doctor and the patches read the same table through
-`sglpatch.support`. "runs": the kernel's own arch list or assertion admits the capability;
-"no": it does not; "unknown": not established (doctor reports such a backend as "not judged").
-"other kernels" in `needs`: the backend runs other kernels there than on 10.x under the same
-name, so doctor does not judge a lost path to it (whether it serves a model there is unknown).
-A row named with SGLang releases is the reading for those releases; the row without is the
-newest. GEMM backends are named by flag: `fp8:` for `--fp8-gemm-backend`, `fp4:` for
-`--fp4-gemm-backend`.
+Generated from `patcher/doctor/facts/kernel_support.json` by `scripts/kernel_support_doc.py`; do
+not edit by hand (a test checks the two agree). Doctor and the patches read the same table
+through `sglpatch.doctor.facts.kernel_support`. "runs": the kernel's own arch list or assertion
+admits the capability; "no": it does not; "unknown": not established (doctor reports such a
+backend as "not judged"). "other kernels" in `needs`: the backend runs other kernels there than
+on 10.x under the same name, so doctor does not judge a lost path to it (whether it serves a
+model there is unknown). A row named with SGLang releases is the reading for those releases; the
+row without is the newest. GEMM backends are named by flag: `fp8:` for `--fp8-gemm-backend`,
+`fp4:` for `--fp4-gemm-backend`.
 """
 
 
@@ -48,7 +51,7 @@ def _span(span: tuple[tuple[int, int], tuple[int, int] | None]) -> str:
 
 
 def render() -> str:
-    from sglpatch import support
+    from sglpatch.doctor.facts import kernel_support as support
 
     lines = [HEADER, "| kind | backend | 12.0 | 12.1 | 10.0 | 9.0 | needs | source |"]
     lines.append("|---|---|---|---|---|---|---|---|")

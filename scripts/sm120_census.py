@@ -6,9 +6,9 @@ models left out) and its usual quantizations, runs the release's own default-fla
 resolution (tests/support/census.py: `_handle_model_specific_adjustments`, the attention
 default, `_handle_moe_kernel_config`, or their 0.5.19+ hooks and override passes) on stand-in
 devices of capability 12.0, 12.1 and 10.0, and judges each backend 12 gets with the
-kernel-support table (`sglpatch.support.runs_on`). One row per gap, grouped, with a verdict: a
-catalogue patch that changes the decision (the decision is run again on the patched source),
-or "needs a kernel or wheel", or "not a gap" with why.
+kernel-support table (`sglpatch.doctor.facts.kernel_support.runs_on`). One row per gap, grouped,
+with a verdict: a catalogue patch that changes the decision (the decision is run again on the
+patched source), or "needs a kernel or wheel", or "not a gap" with why.
 
     .venv/bin/python scripts/sm120_census.py                 # regenerate docs/sm120-census.md
     .venv/bin/python scripts/sm120_census.py --check         # exit 1 if the document is stale
@@ -32,14 +32,15 @@ from pathlib import Path
 if not __package__:  # run as a file: run as the module instead (scripts/__init__.py says why)
     os.execv(sys.executable, [sys.executable, "-m", "scripts.sm120_census", *sys.argv[1:]])
 
+from sglpatch.doctor.facts import gpus
 from tests.support import census, wheels  # the development helpers (tests/support)
 
 REPO = Path(__file__).resolve().parent.parent
 
 RELEASES = ["0.5.9", "0.5.16", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]
 OUT = REPO / "docs" / "sm120-census.md"
-SM120 = [(12, 0), (12, 1)]
-COMPARE = (10, 0)
+SM120 = [gpu.capability for gpu in gpus.ASKED]  # 12.0, 12.1
+COMPARE = gpus.B200.capability
 DRAFT = re.compile(r"(?:NextN|MTP|Eagle\d*)$")
 QUANTS = ("bf16", "fp8", "modelopt_fp4")
 # Values that are not a kernel: "auto" is resolved later, by the layer that loads the weights;
@@ -47,7 +48,7 @@ QUANTS = ("bf16", "fp8", "modelopt_fp4")
 NOT_KERNELS = {"auto", "nsa", "dsa"}
 # Judgements the table alone cannot make, with the evidence (kind, backend, releases, why).
 # None at present: flashinfer_mxfp4 on 0.5.17+, the one there was, is now the table's own reading
-# (its SM120 CUTLASS branch, patcher/data/kernel_support.json).
+# (its SM120 CUTLASS branch, patcher/doctor/facts/kernel_support.json).
 NOT_A_GAP: list[tuple[str, str, str, str]] = []
 
 
@@ -156,7 +157,7 @@ def _shown(capability: tuple[int, int]) -> str:
 def judge(
     kind: str, field: str, value: str, capability: tuple[int, int], release: str
 ) -> bool | None:
-    from sglpatch import support
+    from sglpatch.doctor.facts import kernel_support as support
 
     if value in NOT_KERNELS:
         return None
@@ -165,7 +166,7 @@ def judge(
 
 
 def _why(kind: str, field: str, value: str, release: str) -> str:
-    from sglpatch import support
+    from sglpatch.doctor.facts import kernel_support as support
 
     name = support.gemm_name(field.split("_")[0], value) if kind == "gemm" else value
     record = support.lookup(kind, name, release)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import hashlib
 import itertools
 import json
@@ -97,13 +98,60 @@ GATES: dict[str, re.Pattern[str]] = {
 GATE_WORD = re.compile(
     r"(?i)major|capabilit|\barch\b|arch\b|_arch|\bsm\b|_sm\b|\bsm_|device_sm|\bcc\b"
 )
-# Names of code built for SM100 only (trtllm-gen FMHA/MLA/MoE cubins, TRT-LLM comm kernels,
-# CUTLASS SM100 MLA, DeepGEMM's SM100 path, FlashMLA, tcgen05/TMEM kernels, FP4 GEMM runners,
-# FA4). `blackwell` and `sm100-sm90` lines count only in a hunk that names one of them.
-SM100_ONLY = re.compile(
-    r"(?i)trt_?llm|tllm|cutlass_mla|deep_?gemm|flash_?mla|fp4_gemm|mm_fp4|tcgen05|\btmem\b"
-    r"|\bfa4\b|mnnvl|cutedsl|cute_dsl"
+# Names of code built for SM100 that the kernel-support table has no record of (trtllm-gen
+# FMHA/MLA/MoE cubins and TRT-LLM comm kernels by any name, CUTLASS SM100 MLA, DeepGEMM spelled
+# either way, FlashMLA, tcgen05/TMEM kernels, FP4 GEMM runners, MNNVL, CuTe DSL). The table's
+# own records are added per release (`sm100_names`). `blackwell` and `sm100-sm90` lines count
+# only in a hunk that names one of them.
+SM100_FAMILIES = (
+    r"trt_?llm|tllm|cutlass_mla|deep_?gemm|flash_?mla|fp4_gemm|mm_fp4|tcgen05|\btmem\b"
+    r"|mnnvl|cutedsl|cute_dsl"
 )
+
+
+@functools.cache
+def sm100_names(release: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """(SM100 code, code that runs on 12) by the kernel-support table's reading for `release`.
+
+    SM100 code: a record that runs on 10.0 and, on a capability-12 part, does not or runs other
+    kernels under its name (`fa4`: SGLang's SM120 port from 0.5.18; `trtllm_mha`: XQA from
+    0.5.10), with `SM100_FAMILIES`. Code that runs on 12: a record that runs its own kernels on
+    every capability-12 part; its name is cut from a line first, so no family word inside it
+    counts. GEMM records are named by their flag's value (`fp8:deep_gemm` is `deep_gemm`).
+    """
+    from sglpatch.doctor.facts import gpus, kernel_support
+
+    sm100: set[str] = set()
+    on_12: set[str] = set()
+    for kind, name in kernel_support.table():
+        record = kernel_support.lookup(kind, name, release)
+        if record is None:
+            continue
+        value = name.partition(":")[2] or name
+        parts = [gpu.capability for gpu in gpus.ASKED]
+        if all(record.judge(c) and not record.ported(c) for c in parts):
+            on_12.add(value)
+        elif record.runs(gpus.B200.capability) and any(
+            record.judge(c) is False or record.ported(c) for c in parts
+        ):
+            sm100.add(value)
+    on_12 -= sm100  # a value two flags share (fp4: and fp8:) counts as SM100 code if either is
+
+    def words(names: set[str]) -> str:
+        return "|".join(sorted(map(re.escape, names), key=lambda n: (-len(n), n)))
+
+    return (
+        re.compile(rf"(?i)\b(?:{words(sm100)})\b|{SM100_FAMILIES}"),
+        re.compile(rf"(?i)\b(?:{words(on_12)})(?:_backend)?\b"),
+    )
+
+
+def names_sm100_only(line: str, release: str) -> bool:
+    """Whether `line` names code built for SM100, on `release`, by the table and the families."""
+    sm100, on_12 = sm100_names(release)
+    return sm100.search(on_12.sub(" ", line)) is not None
+
+
 # `branch`: a changed line that is an `elif`/`else` of, or a line directly in the body of, an
 # `if` chain whose conditions match a family above (e.g. the `else:` after `if is_sm100():`,
 # which 12 reaches), in a hunk that names SM100-only code. This is how a fix that changes what
@@ -319,12 +367,12 @@ def _raw_hunks(path: str, old_path: str | None, old: list[str], new: list[str]) 
         yield _Raw(path, old_path, old, new, removed, added, context, start_old, start_new)
 
 
-def _gate_lines(raw: _Raw) -> tuple[list[str], set[str]]:
+def _gate_lines(raw: _Raw, release: str) -> tuple[list[str], set[str]]:
     """The changed lines of `raw` that match a gate family, and the families matched."""
     lines: list[str] = []
     families: set[str] = set()
     near = [*raw.context, *(raw.old[i] for i in raw.removed), *(raw.new[j] for j in raw.added)]
-    names_sm100 = any(SM100_ONLY.search(line) for line in near)
+    names_sm100 = any(names_sm100_only(line, release) for line in near)
     for sign, text, indices in (("-", raw.old, raw.removed), ("+", raw.new, raw.added)):
         for index in indices:
             found = gate_families(text[index])
@@ -375,7 +423,7 @@ def diff_releases(previous: str, release: str) -> list[Hunk]:
         lines = [f"-{r.old[i].strip()}" for i in r.removed if mentions_capability_12(r.old[i])]
         lines += [f"+{r.new[j].strip()}" for j in r.added if mentions_capability_12(r.new[j])]
         real = changed(lines)
-        gate_lines, families = _gate_lines(r)
+        gate_lines, families = _gate_lines(r, release)
         gates = [line for line in changed(gate_lines) if line not in real]
         if not real and not gates:
             continue

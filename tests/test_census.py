@@ -12,7 +12,8 @@ from types import ModuleType
 import pytest
 from packaging.version import Version
 
-from sglpatch import catalogue, support
+from sglpatch import catalogue
+from sglpatch.doctor.facts import kernel_support as support
 from tests.support import census, wheels
 from tests.support.releases import SEED
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sglpatch import support
+from sglpatch.doctor.facts import kernel_support as support
 from tests.support import syntax, wheels
 from tests.support.releases import SEED
 

@@ -14,7 +14,7 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch import support
+from sglpatch.doctor.facts import kernel_support as support
 from tests.support import syntax, wheels
 from tests.support.releases import RELEASES
 
@@ -27,7 +27,7 @@ JUDGED = [r for r in RELEASES if Version(r) >= Version("0.5.9")]
 
 def _raw() -> dict[str, object]:
     raw: dict[str, object] = json.loads(
-        resources.files("sglpatch").joinpath("data/kernel_support.json").read_text()
+        resources.files("sglpatch.doctor.facts").joinpath("kernel_support.json").read_text()
     )
     return raw
 

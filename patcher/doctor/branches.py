@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from sglpatch.doctor import entries
 from sglpatch.doctor.devices import Device
 from sglpatch.doctor.evaluator import Evaluator
+from sglpatch.doctor.facts import sglang
 from sglpatch.doctor.source_tree import last_name, walk
 
 Tri = bool | None
@@ -216,23 +217,23 @@ def _chosen(node: ast.AST) -> Iterator[Choice]:
         yield from _values(_target_name(node.target), node.value)
     elif isinstance(node, ast.keyword) and node.arg:
         yield from _values(node.arg, node.value)
-    elif isinstance(node, ast.Name) and node.id in entries.ENTRIES:
+    elif isinstance(node, ast.Name) and node.id in sglang.ENTRIES:
         yield _entry(node.id)
-    elif isinstance(node, ast.Attribute) and node.attr in entries.ENTRIES:
+    elif isinstance(node, ast.Attribute) and node.attr in sglang.ENTRIES:
         yield _entry(node.attr)
     elif isinstance(node, ast.ImportFrom):
         for alias in node.names:
-            if alias.name in entries.ENTRIES:
+            if alias.name in sglang.ENTRIES:
                 yield _entry(alias.name)
 
 
 def _entry(name: str) -> Choice:
-    entry = entries.ENTRIES[name]
+    entry = sglang.ENTRIES[name]
     return entry.kind, entry.name, name
 
 
 def flag(name: str) -> Choice:
-    entry = entries.FLAGS[name]
+    entry = sglang.FLAGS[name]
     return entry.kind, entry.name, name
 
 

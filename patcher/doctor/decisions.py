@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from sglpatch.doctor import branches as branches_of
-from sglpatch.doctor import devices, entries
+from sglpatch.doctor import devices
 from sglpatch.doctor.evaluator import Evaluator
+from sglpatch.doctor.facts import sglang
 from sglpatch.doctor.source_tree import walk
 
 KNOWN = frozenset({9, 10})
@@ -57,13 +58,13 @@ def reaches(
 
 
 def flag_of(node: ast.AST, function: Function | None, decision: Decision) -> str | None:
-    """The kernel flag (`entries.FLAGS`) this decision sets: its assigned name, or the flag
+    """The kernel flag (`sglang.FLAGS`) this decision sets: its assigned name, or the flag
     function it sits in."""
     if decision.boolean and isinstance(node, ast.Assign):
         for name in assigned(node):
-            if name in entries.FLAGS:
+            if name in sglang.FLAGS:
                 return name
-    if function is not None and function.name in entries.FLAGS:
+    if function is not None and function.name in sglang.FLAGS:
         return function.name
     return None
 
@@ -139,7 +140,7 @@ def open_ended(test: ast.expr, evaluator: Evaluator) -> bool:
             if majors and NEW in majors and majors & KNOWN:
                 return True
         elif (probe := evaluator.probe(part)) is not None:
-            majors = evaluator.helpers.get(devices.PROBE + probe)
+            majors = evaluator.helpers.get(sglang.PROBE + probe)
             if majors and NEW in majors and majors & KNOWN:
                 return True
         elif isinstance(part, ast.Name) and part.id in evaluator.module_aliases:

@@ -11,49 +11,14 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 
 from sglpatch.doctor import chunks
+from sglpatch.doctor.facts import gpus
+from sglpatch.doctor.facts.sglang import KNOWN_HELPERS, PROBE, SM_NAME
 from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source
 
-Device = tuple[int, int]  # (major, minor)
-AMPERE: Device = (8, 0)
-HOPPER: Device = (9, 0)
-B200: Device = (10, 0)
-RTX_BLACKWELL: Device = (12, 0)
-GB10: Device = (12, 1)  # DGX Spark
-DEVICES = (AMPERE, HOPPER, B200, RTX_BLACKWELL, GB10)
-NEW = 12
-
-# SGLang's own helpers, as its `srt/utils/common.py` defines them (read from the target when it
-# has them: `partial(_check_cuda_device_version, device_capability_majors=[...])`).
-KNOWN_HELPERS: dict[str, frozenset[int]] = {
-    "is_sm90_supported": frozenset({9}),
-    "is_sm100_supported": frozenset({10}),
-    "is_sm120_supported": frozenset({12}),
-    "is_blackwell_supported": frozenset({10, 11, 12}),
-    "is_blackwell": frozenset({10, 11, 12}),
-    "is_hopper_with_cuda_12_3": frozenset({9}),
-    "is_ampere_with_cuda_12_3": frozenset({8}),
-    "is_sm100_or_newer": frozenset({10, 11, 12, 13}),
-}
-# `is_sm120()`, `is_sm121()`, `is_sm100_supported()`: the SM number in the name.
-_SM_NAME = re.compile(r"_?is_sm(\d{2,3})(?:_supported)?$")
-# The GPUs in question are NVIDIA's: SGLang's platform probes have known answers on them.
-PLATFORM = {
-    "is_cuda": True,
-    "_is_cuda": True,
-    "is_cuda_alike": True,
-    "_is_cuda_alike": True,
-    "is_hip": False,
-    "_is_hip": False,
-    "is_npu": False,
-    "_is_npu": False,
-    "is_xpu": False,
-    "_is_xpu": False,
-    "is_cpu": False,
-    "_is_cpu": False,
-    "is_musa": False,
-    "_is_musa": False,
-    "is_host_cpu_x86": False,
-}
+Device = gpus.Capability  # (major, minor): what a gate is evaluated for
+DEVICES: tuple[Device, ...] = tuple(gpu.capability for gpu in gpus.GPUS)
+AMPERE, HOPPER, B200, RTX_BLACKWELL, GB10 = DEVICES
+NEW = gpus.NEW
 
 
 def helpers_of(source: Source) -> dict[str, frozenset[int]]:
@@ -92,14 +57,6 @@ def helpers_of(source: Source) -> dict[str, frozenset[int]]:
         if (probed := helper_majors(helper, table)) is not None:
             table[PROBE + probe] = probed
     return table
-
-
-# From 0.5.19 SGLang also asks `get_platform().is_sm100`: a probe that `srt/runtime_context.py`
-# maps to a helper (`_PLATFORM_PROBES = {"is_sm100": "is_sm100_supported", ...}`). The table
-# holds such a probe as "get_platform().is_sm100", with its helper's majors.
-PROBE = "get_platform()."
-# `_PLATFORM_VALUES` there: the probes that are the device's numbers, not yes/no.
-PROBE_VALUES = {"device_sm": "get_device_sm", "device_capability": "get_device_capability"}
 
 
 def _platform_probes(source: Source) -> dict[str, str]:
@@ -152,7 +109,7 @@ def _called(func: ast.expr) -> str:
 def helper_majors(name: str, helpers: Mapping[str, frozenset[int]]) -> frozenset[int] | None:
     if name in helpers:
         return helpers[name]
-    match = _SM_NAME.match(name)
+    match = SM_NAME.match(name)
     if match:
         number = int(match.group(1))
         return frozenset({number // 10})

@@ -19,9 +19,6 @@ from typing import Any, Union
 from sglpatch.doctor.devices import (
     DEVICES,
     NEW,
-    PLATFORM,
-    PROBE,
-    PROBE_VALUES,
     RTX_BLACKWELL,
     Aliases,
     Device,
@@ -29,6 +26,7 @@ from sglpatch.doctor.devices import (
     is_platform,
     probe_of,
 )
+from sglpatch.doctor.facts.sglang import PLATFORM, PROBE, PROBE_VALUES
 from sglpatch.doctor.source_tree import walk
 
 _CAPABILITY_NAMES = {"major", "cc_major", "sm_major", "device_major"}

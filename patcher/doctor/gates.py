@@ -323,7 +323,7 @@ class Gates:
 
 
 _REFUSED = ("raises", "AssertionError")
-_LABELS = {RTX_BLACKWELL: "12.0", GB10: "12.1", B200: "10.0"}
+_LABELS = {device: "{}.{}".format(*device) for device in (RTX_BLACKWELL, GB10, B200)}
 # Each device's branches are its own when these others do not take them.
 _COMPARED = {
     RTX_BLACKWELL: (AMPERE, devices.HOPPER, B200),

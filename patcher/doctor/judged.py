@@ -1,4 +1,4 @@
-"""The scanner's findings judged against the kernel-support table (`sglpatch.support`).
+"""The scanner's findings judged against the kernel-support table (`facts/kernel_support.py`).
 
 What a capability-12 GPU chooses at a decision (`Finding.choices`) is looked up for each
 capability asked (12.0, 12.1), for the target's release:
@@ -24,8 +24,7 @@ import ast
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from sglpatch import support
-from sglpatch.doctor import entries
+from sglpatch.doctor.facts import kernel_support, sglang
 from sglpatch.doctor.facts.gpus import CAPABILITIES
 from sglpatch.doctor.findings import Chosen, Finding
 from sglpatch.doctor.source_tree import last_name
@@ -54,7 +53,7 @@ def judge(finding: Finding, release: str | None, capability: str) -> Judgement:
     chosen = [c for c in finding.chosen(capability) if _holds(c, release)]
     if chosen and all(_needs_unrunnable(c[4], cap, release) for c in chosen):
         return Judgement(capability, HARMLESS, "")
-    answers = [(c, support.runs_on(c[1], c[2], cap, release=release)) for c in chosen]
+    answers = [(c, kernel_support.runs_on(c[1], c[2], cap, release=release)) for c in chosen]
     failing = [c for c, runs in answers if runs is False]
     if failing:
         first = failing[0]
@@ -63,7 +62,7 @@ def judge(finding: Finding, release: str | None, capability: str) -> Judgement:
     unknown = [c for c, runs in answers if runs is None]
     if unknown:
         first = unknown[0]
-        reason = support.not_judged().get((first[1], first[2])) or "unknown there"
+        reason = kernel_support.not_judged().get((first[1], first[2])) or "unknown there"
         what = f"{capability} gets {_named(first)}: not judged by the table ({_short(reason)})"
         return Judgement(capability, NOT_JUDGED, what, first[4])
     return _loss(finding, chosen, capability, cap, release)
@@ -73,7 +72,7 @@ def _loss(
     finding: Finding,
     chosen: Sequence[Chosen],
     capability: str,
-    cap: support.Capability,
+    cap: kernel_support.Capability,
     release: str | None,
 ) -> Judgement:
     """What 12 loses that 10 gets and that runs on 12 too, if anything."""
@@ -84,9 +83,9 @@ def _loss(
         key = (other[1], other[2])
         if key in got or not _holds(other, release):
             continue
-        if not support.runs_on(other[1], other[2], cap, release=release):
+        if not kernel_support.runs_on(other[1], other[2], cap, release=release):
             continue
-        record = support.lookup(other[1], other[2], release=release)
+        record = kernel_support.lookup(other[1], other[2], release=release)
         if record is not None and record.ported(cap):
             ported = ported or Judgement(
                 capability,
@@ -118,8 +117,8 @@ def worst(judgements: Sequence[Judgement]) -> str:
     return min((j.verdict for j in judgements), key=_ORDER.index, default=HARMLESS)
 
 
-def _fails(choice: Chosen, cap: support.Capability, release: str | None) -> str:
-    record = support.lookup(choice[1], choice[2], release=release)
+def _fails(choice: Chosen, cap: kernel_support.Capability, release: str | None) -> str:
+    record = kernel_support.lookup(choice[1], choice[2], release=release)
     where = record.shown_range() if record is not None else "nothing"
     # The table's own evidence, named as such: it was measured on the builds it names, not
     # read in this environment (which may hold another build, or none).
@@ -133,11 +132,11 @@ def _named(choice: Chosen) -> str:
 
 
 def _holds(choice: Chosen, release: str | None) -> bool:
-    entry = entries.ENTRIES.get(choice[3])
+    entry = sglang.ENTRIES.get(choice[3])
     return entry is None or entry.holds(release)
 
 
-def _needs_unrunnable(opt_in: str, cap: support.Capability, release: str | None) -> bool:
+def _needs_unrunnable(opt_in: str, cap: kernel_support.Capability, release: str | None) -> bool:
     """Whether a path's opt-in is a backend flag set to backends none of which runs on `cap`
     (`effective_decode_backend == 'fa3'`): the user's own choice fails there first."""
     if not opt_in:
@@ -158,16 +157,16 @@ def _needs_unrunnable(opt_in: str, cap: support.Capability, release: str | None)
     else:
         return False
     answers = [
-        support.runs_on(kind, value, cap, release=release)
+        kernel_support.runs_on(kind, value, cap, release=release)
         for value in values
         if isinstance(value, str)
-        for kind in support.KINDS
-        if support.lookup(kind, value, release=release) is not None
+        for kind in kernel_support.KINDS
+        if kernel_support.lookup(kind, value, release=release) is not None
     ]
     return bool(answers) and all(a is False for a in answers)
 
 
-def _capability(text: str) -> support.Capability:
+def _capability(text: str) -> kernel_support.Capability:
     major, minor = text.split(".")
     return int(major), int(minor)
 

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine, support
+from sglpatch import engine
+from sglpatch.doctor.facts import kernel_support as support
 from sglpatch.patches.sm120_allreduce_fusion_auto_gate import (
     ARCHITECTURES,
     TARGET,

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from sglpatch import support
+from sglpatch.doctor.facts import kernel_support as support
 from sglpatch.patches.sm120_allreduce_fusion_refusal import (
     ADJUSTMENTS,
     FLAG,

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from sglpatch import support
+from sglpatch.doctor.facts import kernel_support as support
 from sglpatch.patches.sm120_beam_trtllm_mha_fp8_kv import OVERRIDE, Sm120BeamTrtllmMhaFp8Kv
 from tests.patches import test_sm120_default_mha_trtllm_gate as defaults
 from tests.patches.test_sm120_step3_fa4_fallback import _not_set

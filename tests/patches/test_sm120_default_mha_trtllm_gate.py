@@ -20,7 +20,8 @@ from unittest import mock
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine, support
+from sglpatch import engine
+from sglpatch.doctor.facts import kernel_support as support
 from sglpatch.patches.sm120_default_mha_trtllm_gate import TARGET, Sm120DefaultMhaTrtllmGate
 from sglpatch.results import AlreadyApplied
 from tests.support import stand_ins_moe as stand_ins

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import pytest
 from packaging.version import Version
 
-from sglpatch import support
+from sglpatch.doctor.facts import kernel_support as support
 from sglpatch.patches.sm120_dsa_backends import TARGET, Sm120DsaBackends
 from tests.support import stand_ins_dsa, wheels
 from tests.support import stand_ins_moe as stand_ins

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import pytest
 from packaging.version import Version
 
-from sglpatch import support
+from sglpatch.doctor.facts import kernel_support as support
 from sglpatch.patches.sm120_exaone_fa3_fallback import Sm120ExaoneFa3Fallback
 from tests.patches.test_sm120_olmo_fa3_fallback import choice, fa3_starts, path
 from tests.support import stand_ins_moe as stand_ins

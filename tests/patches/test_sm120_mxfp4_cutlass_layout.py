@@ -32,7 +32,7 @@ from unittest import mock
 import pytest
 from packaging.version import Version
 
-from sglpatch import support
+from sglpatch.doctor.facts import kernel_support as support
 from sglpatch.patches.sm120_mxfp4_cutlass_layout import Sm120Mxfp4CutlassLayout
 from tests.support import census, syntax, wheels
 from tests.support import stand_ins_moe as stand_ins

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from sglpatch import support
+from sglpatch.doctor.facts import kernel_support as support
 from sglpatch.patches.sm120_nvfp4_moe_backend import Sm120Nvfp4MoeBackend
 from sglpatch.patches.sm120_nvfp4_moe_checkpoint_quant import Sm120Nvfp4MoeCheckpointQuant
 from tests.support import census, syntax, wheels

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from sglpatch import support
+from sglpatch.doctor.facts import kernel_support as support
 from sglpatch.patch import Patch
 from sglpatch.patches.sm120_olmo_fa3_fallback import OVERRIDE, Sm120OlmoFa3Fallback
 from tests.support import stand_ins_moe as stand_ins

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from sglpatch import engine, support
+from sglpatch import engine
+from sglpatch.doctor.facts import kernel_support as support
 from sglpatch.patches.sm120_step3_fa4_fallback import (
     FA4_ON_SM120,
     OVERRIDE,

@@ -1,10 +1,11 @@
 """Which capabilities each backend or kernel family SGLang can select runs on: data, with sources.
 
-The facts live in `data/kernel_support.json`, one record per backend as SGLang's flags spell it
-(`--attention-backend fa3`, `--moe-runner-backend flashinfer_trtllm`, ...). Patches prove their
-forward fixes against it and doctor judges what a capability-12 GPU is given by it, so a fact is
-written once, with where it comes from (the kernel's own arch list or assertion, an upstream
-issue) and what it needs beyond the capability (a wheel version, NVLink multicast, shared memory).
+The facts live in `kernel_support.json` beside this module, one record per backend as SGLang's
+flags spell it (`--attention-backend fa3`, `--moe-runner-backend flashinfer_trtllm`, ...).
+Patches prove their forward fixes against it and doctor judges what a capability-12 GPU is given
+by it, so a fact is written once, with where it comes from (the kernel's own arch list or
+assertion, an upstream issue) and what it needs beyond the capability (a wheel version, NVLink
+multicast, shared memory).
 
 GEMM records are named by flag: `fp8:<--fp8-gemm-backend value>`, `fp4:<--fp4-gemm-backend
 value>` (the two flags share values such as `flashinfer_trtllm`); `gemm_name` spells them.
@@ -26,7 +27,8 @@ from typing import Any, NamedTuple
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-Capability = tuple[int, int]  # (major, minor), as torch.cuda.get_device_capability() gives it
+from sglpatch.doctor.facts.gpus import Capability
+
 # attention: --attention-backend; dsa: --nsa-prefill-backend / --nsa-decode-backend (DeepSeek
 # sparse attention; --dsa-* from 0.5.13); moe: --moe-runner-backend; gemm: FP8/FP4 linear kernels
 # ("fp8:" / "fp4:" + the flag's value); comm: all-reduce paths.
@@ -135,7 +137,7 @@ def not_judged() -> dict[tuple[str, str], str]:
 
 @functools.cache
 def _raw() -> dict[str, Any]:
-    text = resources.files("sglpatch").joinpath("data/kernel_support.json").read_text()
+    text = resources.files("sglpatch.doctor.facts").joinpath("kernel_support.json").read_text()
     raw: dict[str, Any] = json.loads(text)
     return raw
 
