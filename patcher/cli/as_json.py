@@ -203,7 +203,7 @@ def doctor(report: api.DoctorReport) -> JSON:
         "suspects_harmless": found.harmless,
         "refusals": [_finding(f) for f in found.refusals],
         # `file` ends with "/" for a folder that could not be listed
-        "not_judged": [{"file": file, "why": why} for file, why in found.not_judged],
+        "not_judged": [{"file": u.file, "why": u.why} for u in found.not_judged],
         "kernels": None if report.kernels is None else [k.to_json() for k in report.kernels],
         "kernels_from": str(report.kernels_from) if report.kernels_from else None,
     }
@@ -217,17 +217,17 @@ DOCTOR_SCHEMA = 2
 
 
 def _suspect(suspect: Suspect) -> JSON:
-    listed = [j for j in suspect.judgements if j.verdict == suspect.verdict]
+    listed = [j for j in suspect.judgements if j.outcome == suspect.outcome]
     data: JSON = {
         **_finding(suspect.finding),
         "covered_by": suspect.covered_by,
-        "verdict": suspect.verdict,
+        "verdict": suspect.outcome,
         "what": listed[0].what if listed else "",
         "opt_in": suspect.opt_in or None,
     }
     if suspect.differs:
         data["by_capability"] = {
-            j.capability: {"verdict": j.verdict, "what": j.what, "opt_in": j.opt_in or None}
+            j.capability: {"verdict": j.outcome, "what": j.what, "opt_in": j.opt_in or None}
             for j in suspect.judgements
         }
     return data

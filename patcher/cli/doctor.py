@@ -274,18 +274,20 @@ def _count(n: int, noun: str) -> str:
 
 
 def _print_suspect(suspect: Suspect) -> None:
+    from sglpatch.doctor import Kind
+
     f = suspect.finding
     cover = f"  [covered by {suspect.covered_by}]" if suspect.covered_by else ""
     when = f"opt-in: only with {suspect.opt_in}" if suspect.opt_in else "by default"
-    if f.kind == "table":
+    if f.kind is Kind.TABLE:
         when = "wherever the table is read"
     typer.echo(f"  {f.file}:{f.line}: {f.code}{cover}")
-    shown = [j for j in suspect.judgements if j.verdict == suspect.verdict]
+    shown = [j for j in suspect.judgements if j.outcome == suspect.outcome]
     if suspect.differs:
         shown = list(suspect.judgements)
     for judgement in shown[: None if suspect.differs else 1]:
         what = judgement.what or f"{judgement.capability} gets {f.gets}: runs there"
-        typer.echo(f"      {judgement.verdict}: {what}")
+        typer.echo(f"      {judgement.outcome}: {what}")
     typer.echo(f"      ({when})")
 
 

@@ -20,6 +20,7 @@ from sglpatch.errors import UsageError
 
 if TYPE_CHECKING:
     from sglpatch.doctor.findings import Finding as Finding
+    from sglpatch.doctor.findings import Kind as Kind
     from sglpatch.doctor.kernels import KernelFinding as KernelFinding
     from sglpatch.doctor.report import Blocker as Blocker
     from sglpatch.doctor.report import Diagnosis as Diagnosis
@@ -33,6 +34,7 @@ __all__ = [
     "Diagnosis",
     "Finding",
     "KernelFinding",
+    "Kind",
     "ModelReport",
     "Suspect",
     "capabilities",
@@ -95,6 +97,7 @@ _TYPES = {
     "ModelReport": "report",
     "Suspect": "report",
     "Finding": "findings",
+    "Kind": "findings",
     "KernelFinding": "kernels",
 }
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple, Union
 
 from packaging.version import Version
 
-from sglpatch.doctor.findings import Finding
+from sglpatch.doctor.findings import Finding, Kind
 from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, read_file
 from sglpatch.errors import PatchCrashed
 from sglpatch.patch import Patch
@@ -261,8 +261,8 @@ def covered_by(
 def _gives(finding: Finding) -> tuple[object, ...]:
     """What a decision gives capability 12: its branches' texts and choices, 12.0 and 12.1."""
     return (
-        finding.kind == "refusal",
-        finding.kind == "table",
+        finding.kind is Kind.REFUSAL,
+        finding.kind is Kind.TABLE,
         finding.gets,
         finding.gets_121,
         finding.chosen("12.0"),

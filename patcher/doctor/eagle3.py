@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from sglpatch.doctor import chunks
-from sglpatch.doctor.report import Blocker, ModelReport
+from sglpatch.doctor.report import Blocker, ModelReport, Origin
 from sglpatch.doctor.source_tree import (
     TOO_DEEP,
     TOO_DEEP_WHY,
@@ -180,7 +180,12 @@ def _negated(call: ast.Call, within: ast.AST) -> bool:
 def missing_methods(reports: Sequence[ModelReport]) -> list[Blocker]:
     """The EAGLE-3 methods the models asked for lack, as the report's blockers."""
     return [
-        Blocker(f"EAGLE-3 cannot start: {r.name} lacks {', '.join(r.missing)}", r.name, r.fixed_by)
+        Blocker(
+            f"EAGLE-3 cannot start: {r.name} lacks {', '.join(r.missing)}",
+            r.name,
+            r.fixed_by,
+            origin=Origin.MODEL,
+        )
         for r in reports
         if r.missing
     ]

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from sglpatch.doctor import kernels, requirements
 from sglpatch.doctor.kernels import KernelFinding
-from sglpatch.doctor.report import ENVIRONMENT, KERNELS, Blocker
+from sglpatch.doctor.report import ENVIRONMENT, KERNELS, Blocker, Origin
 from sglpatch.target import Layout, Target
 
 # How discovery names an environment it found SGLang through (`<how> at <prefix>`).
@@ -71,6 +71,7 @@ def _missing_blocker(missing: requirements.Missing, target: Target) -> Blocker:
         ENVIRONMENT,
         None,
         f"{python} -m pip install '{missing.requirement}'",
+        origin=Origin.ENVIRONMENT,
     )
 
 
@@ -82,4 +83,5 @@ def _kernel_blocker(finding: KernelFinding, capabilities: Sequence[str]) -> Bloc
         KERNELS,
         None,
         finding.fix,
+        origin=Origin.KERNELS,
     )

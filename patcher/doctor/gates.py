@@ -44,7 +44,7 @@ from sglpatch.doctor.decisions import (
 )
 from sglpatch.doctor.devices import AMPERE, B200, GB10, RTX_BLACKWELL
 from sglpatch.doctor.evaluator import Evaluator
-from sglpatch.doctor.findings import Finding
+from sglpatch.doctor.findings import Chosen, Finding, Kind
 from sglpatch.doctor.source_tree import walk, walk_with_ancestors
 
 _DECISIONS = (
@@ -112,14 +112,14 @@ class Gates:
             finding = self._judge(node, decision, ancestors, function)
             if finding is None:
                 continue
-            if finding.kind == "refusal" and decision.top_level and function is not None:
+            if finding.kind is Kind.REFUSAL and decision.top_level and function is not None:
                 self.refused_after.setdefault(id(function), finding.line)
             names = assigned(node)
             pending.append((finding, names, function))
         tested: set[str] | None = None
         for finding, names, function in pending:
             refused = self.refused_after.get(id(function)) if function is not None else None
-            if refused is not None and finding.line > refused and finding.kind != "refusal":
+            if refused is not None and finding.line > refused and finding.kind is not Kind.REFUSAL:
                 continue  # 12 never gets here: the function refused it above
             if names and tested is None:
                 tested = {n.id for t in tests for n in walk(t) if isinstance(n, ast.Name)}
@@ -246,9 +246,11 @@ class Gates:
         like = self._gets(decision, taken[B200] or reached[B200], node)
         on_gb10 = self._gets(decision, taken[GB10] or reached[GB10], node)
         choices = tuple(
-            (_LABELS[device], *choice)
+            Chosen(_LABELS[device], kind_, name, via, opt)
             for device in (RTX_BLACKWELL, GB10, B200)
-            for choice in self._choices(decision, taken[device], device, ancestors, function, node)
+            for kind_, name, via, opt in self._choices(
+                decision, taken[device], device, ancestors, function, node
+            )
         )
         head = getattr(node, "lineno", line)
         return Finding(
@@ -270,13 +272,13 @@ class Gates:
         new: Sequence[int],
         reached: Mapping[devices.Device, Sequence[int]],
         evaluator: Evaluator,
-    ) -> str:
+    ) -> Kind:
         """How 12 comes to take branches `new` (see the module's docstring)."""
         tests = decision.tests
         if all(self._gets(decision, [i], node).startswith(_REFUSED) for i in new):
-            return "refusal"
+            return Kind.REFUSAL
         if set(new) - set(reached[B200]):
-            return "excludes"
+            return Kind.EXCLUDES
         if any(
             i not in reached[AMPERE]
             and any(
@@ -286,8 +288,8 @@ class Gates:
             )
             for i in new
         ):
-            return "shares"  # a range or family test groups 12 with 10, apart from 8
-        return "decides"
+            return Kind.SHARES  # a range or family test groups 12 with 10, apart from 8
+        return Kind.DECIDES
 
     def _gets(self, decision: Decision, taken: Sequence[int], node: ast.AST) -> str:
         texts = dict.fromkeys(describe(decision.branches[i], node) for i in taken)

@@ -26,45 +26,60 @@ from typing import NamedTuple
 
 from sglpatch.doctor.facts import kernel_support, sglang
 from sglpatch.doctor.facts.gpus import CAPABILITIES
-from sglpatch.doctor.findings import Chosen, Finding
+from sglpatch.doctor.findings import Chosen, Finding, Kind, Word
 from sglpatch.doctor.source_tree import last_name
 
-FAILS, LOSES, NOT_JUDGED, HARMLESS = "fails", "loses", "not judged", "harmless"
+
+class Outcome(Word):
+    """A judgement's outcome, worst first (a suspect takes its judgements' worst)."""
+
+    FAILS = "fails"
+    LOSES = "loses"
+    NOT_JUDGED = "not judged"
+    HARMLESS = "harmless"
+
+
+FAILS, LOSES, NOT_JUDGED, HARMLESS = (
+    Outcome.FAILS,
+    Outcome.LOSES,
+    Outcome.NOT_JUDGED,
+    Outcome.HARMLESS,
+)
 LISTED = (FAILS, LOSES)
-_ORDER = (FAILS, LOSES, NOT_JUDGED, HARMLESS)
+_ORDER = tuple(Outcome)
 
 
 class Judgement(NamedTuple):
     """One finding on one capability."""
 
     capability: str  # "12.0"
-    verdict: str  # fails, loses, not judged, harmless
+    outcome: Outcome
     what: str  # one line: what 12 gets and why it fails (or is not judged) there
     opt_in: str = ""  # the user's flag that leads there; "" when it is the default
 
 
 def judge(finding: Finding, release: str | None, capability: str) -> Judgement:
     """What `capability` gets at the finding, by the table, for this release."""
-    if finding.kind == "table":
+    if finding.kind is Kind.TABLE:
         return Judgement(
             capability, FAILS, f"{capability} gets {finding.gets}: the table has no row for 12"
         )
     cap = _capability(capability)
     chosen = [c for c in finding.chosen(capability) if _holds(c, release)]
-    if chosen and all(_needs_unrunnable(c[4], cap, release) for c in chosen):
+    if chosen and all(_needs_unrunnable(c.opt_in, cap, release) for c in chosen):
         return Judgement(capability, HARMLESS, "")
-    answers = [(c, kernel_support.runs_on(c[1], c[2], cap, release=release)) for c in chosen]
+    answers = [(c, kernel_support.runs_on(c.kind, c.name, cap, release=release)) for c in chosen]
     failing = [c for c, runs in answers if runs is False]
     if failing:
         first = failing[0]
-        opt = first[4] if all(c[4] for c in failing) else ""
+        opt = first.opt_in if all(c.opt_in for c in failing) else ""
         return Judgement(capability, FAILS, _fails(first, cap, release), opt)
     unknown = [c for c, runs in answers if runs is None]
     if unknown:
         first = unknown[0]
-        reason = kernel_support.not_judged().get((first[1], first[2])) or "unknown there"
+        reason = kernel_support.not_judged().get((first.kind, first.name)) or "unknown there"
         what = f"{capability} gets {_named(first)}: not judged by the table ({_short(reason)})"
-        return Judgement(capability, NOT_JUDGED, what, first[4])
+        return Judgement(capability, NOT_JUDGED, what, first.opt_in)
     return _loss(finding, chosen, capability, cap, release)
 
 
@@ -76,16 +91,16 @@ def _loss(
     release: str | None,
 ) -> Judgement:
     """What 12 loses that 10 gets and that runs on 12 too, if anything."""
-    got = {(c[1], c[2]) for c in chosen}
+    got = {(c.kind, c.name) for c in chosen}
     gets = f"gets {', '.join(_named(c) for c in chosen)}" if chosen else finding.gets
     ported: Judgement | None = None
     for other in finding.chosen("10.0"):
-        key = (other[1], other[2])
+        key = (other.kind, other.name)
         if key in got or not _holds(other, release):
             continue
-        if not kernel_support.runs_on(other[1], other[2], cap, release=release):
+        if not kernel_support.runs_on(other.kind, other.name, cap, release=release):
             continue
-        record = kernel_support.lookup(other[1], other[2], release=release)
+        record = kernel_support.lookup(other.kind, other.name, release=release)
         if record is not None and record.ported(cap):
             ported = ported or Judgement(
                 capability,
@@ -93,7 +108,7 @@ def _loss(
                 f"{capability} {gets}; 10 gets {_named(other)}, which {capability} runs as "
                 f"{_short(record.other_kernel or '')}: whether that serves this model there is "
                 "not established",
-                other[4],
+                other.opt_in,
             )
             continue
         if not chosen:  # 12 goes on past the decision: what it ends with is chosen elsewhere
@@ -101,9 +116,9 @@ def _loss(
                 f"{capability} {finding.gets}, choosing nothing here; 10 gets {_named(other)}: "
                 "what 12 ends with is decided after this block, which doctor does not follow"
             )
-            return Judgement(capability, NOT_JUDGED, what, other[4])
+            return Judgement(capability, NOT_JUDGED, what, other.opt_in)
         what = f"{capability} {gets}; 10 gets {_named(other)}, which runs on {capability} too"
-        return Judgement(capability, LOSES, what, other[4])
+        return Judgement(capability, LOSES, what, other.opt_in)
     return ported or Judgement(capability, HARMLESS, "")
 
 
@@ -113,26 +128,26 @@ def judge_all(
     return tuple(judge(finding, release, c) for c in capabilities)
 
 
-def worst(judgements: Sequence[Judgement]) -> str:
-    return min((j.verdict for j in judgements), key=_ORDER.index, default=HARMLESS)
+def worst(judgements: Sequence[Judgement]) -> Outcome:
+    return min((j.outcome for j in judgements), key=_ORDER.index, default=HARMLESS)
 
 
 def _fails(choice: Chosen, cap: kernel_support.Capability, release: str | None) -> str:
-    record = kernel_support.lookup(choice[1], choice[2], release=release)
+    record = kernel_support.lookup(choice.kind, choice.name, release=release)
     where = record.shown_range() if record is not None else "nothing"
     # The table's own evidence, named as such: it was measured on the builds it names, not
     # read in this environment (which may hold another build, or none).
     source = f"kernel-support table: {_short(record.source)}" if record is not None else ""
-    return f"{choice[0]} gets {_named(choice)}: runs on {where} only ({source})"
+    return f"{choice.device} gets {_named(choice)}: runs on {where} only ({source})"
 
 
 def _named(choice: Chosen) -> str:
-    _, kind, name, via, _ = choice
+    kind, name, via = choice.kind, choice.name, choice.via
     return f"{name} ({kind}, by {via})" if via != name else f"{name} ({kind})"
 
 
 def _holds(choice: Chosen, release: str | None) -> bool:
-    entry = sglang.ENTRIES.get(choice[3])
+    entry = sglang.ENTRIES.get(choice.via)
     return entry is None or entry.holds(release)
 
 

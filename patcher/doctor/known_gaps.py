@@ -18,7 +18,7 @@ from typing import NamedTuple
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglpatch.doctor.report import Blocker
+from sglpatch.doctor.report import Blocker, Origin
 
 
 class KnownGap(NamedTuple):
@@ -100,7 +100,8 @@ def rows(
     found = known(release, names, capabilities)
 
     def row(gap: KnownGap, when: str = "") -> Blocker:
-        return Blocker(gap.what, gap.id, None, f"fix: {gap.fix}; sources: {gap.sources}", when)
+        note = f"fix: {gap.fix}; sources: {gap.sources}"
+        return Blocker(gap.what, gap.id, None, note, when, Origin.GAP)
 
     return (
         [row(g) for g in found.blockers],

@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from sglpatch.doctor import judged
 from sglpatch.doctor.facts.gpus import CAPABILITIES
-from sglpatch.doctor.findings import Finding
+from sglpatch.doctor.findings import Finding, Word
 
 if TYPE_CHECKING:
     from sglpatch.doctor.kernels import KernelFinding
@@ -26,18 +26,37 @@ ENVIRONMENT = "the environment"
 KERNELS = "the installed kernels"
 
 
+class Origin(Word):
+    """Where a blocker (or a row beside them) comes from."""
+
+    PATCH = "patch"  # a catalogue patch with work left on the tree (`source`: its id)
+    MODEL = "model"  # the model lacks EAGLE-3 methods (`source`: its class)
+    GAP = "known gap"  # a known gap no patch fixes (`source`: its id)
+    SUSPECT = "suspect"  # a suspect counted under --strict (`source`: file:line)
+    ENVIRONMENT = "environment"  # a requirement of SGLang not installed (`source`: ENVIRONMENT)
+    KERNELS = "kernels"  # a kernel package without code for 12 (`source`: KERNELS)
+
+
 class Blocker(NamedTuple):
     what: str  # one line: what breaks
     source: str  # the catalogue patch that knows it, the model, or the suspect's place
     fixed_by: str | None  # the patch `sglpatch apply` runs to fix it
     note: str = ""  # why apply cannot fix it, when it cannot
     when: str = ""  # the condition it breaks under: "with --enable-torch-symm-mem", "if ..."
+    origin: Origin = Origin.PATCH
 
     @property
     def beyond_apply(self) -> bool:
         """In the environment, not the tree: another build or a missing package (`note`: the
         command that fixes it)."""
-        return self.source in (KERNELS, ENVIRONMENT)
+        return self.origin in (Origin.KERNELS, Origin.ENVIRONMENT)
+
+
+class Unread(NamedTuple):
+    """A file doctor could not read or parse, or a folder it could not list: not judged."""
+
+    file: str  # sglang/...; a folder ends with "/"
+    why: str
 
 
 class ModelReport(NamedTuple):
@@ -50,21 +69,21 @@ class ModelReport(NamedTuple):
 class Suspect(NamedTuple):
     finding: Finding
     covered_by: str | None
-    # By the kernel-support table (`judged`): fails, loses, not judged or harmless, and each
-    # capability asked's judgement.
-    verdict: str = judged.FAILS
+    # By the kernel-support table (`judged`): the worst of its judgements, one per capability
+    # asked.
+    outcome: judged.Outcome = judged.FAILS
     judgements: tuple[judged.Judgement, ...] = ()
 
     @property
     def opt_in(self) -> str:
         """The user's flag that leads to every listed judgement, or "" (by default)."""
-        listed = [j for j in self.judgements if j.verdict == self.verdict]
+        listed = [j for j in self.judgements if j.outcome is self.outcome]
         return listed[0].opt_in if listed and all(j.opt_in for j in listed) else ""
 
     @property
     def differs(self) -> bool:
         """12.0 and 12.1 are judged apart here."""
-        return len({(j.verdict, j.what.replace(j.capability, "12")) for j in self.judgements}) > 1
+        return len({(j.outcome, j.what.replace(j.capability, "12")) for j in self.judgements}) > 1
 
 
 class Diagnosis(NamedTuple):
@@ -78,8 +97,7 @@ class Diagnosis(NamedTuple):
     excluded: dict[str, str]  # registered classes that are no EAGLE-3 target -> why
     strict: bool
     asked: str | None = None  # what --model named
-    # (sglang/..., why) of files not read or parsed, and of folders not listed (`sglang/.../`)
-    not_judged: tuple[tuple[str, str], ...] = ()
+    not_judged: tuple[Unread, ...] = ()  # files not read or parsed, folders not listed
     opt_in: tuple[Blocker, ...] = ()  # with --model: pending patches reached only with a flag
     tables: tuple[Blocker, ...] = ()  # pending patches that only complete a table here
     elsewhere: tuple[str, ...] = ()  # with --model: pending patches about other models (ids)
@@ -116,7 +134,7 @@ class Diagnosis(NamedTuple):
     @property
     def unread(self) -> str:
         """What is not judged, counted: "1 file", "1 folder and 3 files"."""
-        folders = sum(1 for shown, _ in self.not_judged if shown.endswith("/"))
+        folders = sum(1 for unread in self.not_judged if unread.file.endswith("/"))
         files = len(self.not_judged) - folders
         counted = [
             f"{n} {noun}{'s' * (n != 1)}" for n, noun in ((folders, "folder"), (files, "file"))

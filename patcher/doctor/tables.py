@@ -14,7 +14,7 @@ import ast
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from sglpatch.doctor.findings import Finding
+from sglpatch.doctor.findings import Finding, Kind
 from sglpatch.doctor.source_tree import chain, every_node, read_file
 
 MAJORS = frozenset(range(7, 14))  # plausible compute-capability majors
@@ -39,10 +39,10 @@ def tables(tree: ast.Module, shown: str, lines: Sequence[str]) -> list[Finding]:
     for line, names in tables:
         if names & subscripted:
             code = lines[line - 1].strip() if line <= len(lines) else ""
-            found.append(Finding(shown, line, "table", code, "KeyError: 12", "its row"))
+            found.append(Finding(shown, line, Kind.TABLE, code, "KeyError: 12", "its row"))
         elif not names & tolerant:
             code = lines[line - 1].strip() if line <= len(lines) else ""
-            found.append(Finding(shown, line, "table", code, "no row", "its row"))
+            found.append(Finding(shown, line, Kind.TABLE, code, "no row", "its row"))
     return found
 
 
@@ -75,7 +75,7 @@ def beside(finding: Finding, package_dir: Path) -> Finding | None:
     """A table its own module never reads (`no row`), judged by the reads in the `.py` files of
     its folder that name it: `KeyError: 12` where one subscripts it, None (not reported) where
     they only read it tolerantly; the finding as it is when none reads it."""
-    if finding.kind != "table" or finding.gets != "no row":
+    if finding.kind is not Kind.TABLE or finding.gets != "no row":
         return finding
     folder = package_dir / Path(finding.file).relative_to("sglang").parent
     name = _defined_name(finding.code)

@@ -42,8 +42,8 @@ from sglpatch.doctor import (
     unreached,
 )
 from sglpatch.doctor.facts.gpus import CAPABILITIES
-from sglpatch.doctor.findings import Finding
-from sglpatch.doctor.report import Blocker, Diagnosis, ModelReport, Suspect
+from sglpatch.doctor.findings import Finding, Kind
+from sglpatch.doctor.report import Blocker, Diagnosis, ModelReport, Origin, Suspect, Unread
 from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, read_file
 from sglpatch.patch import Patch
 
@@ -84,11 +84,11 @@ def diagnose(
             if not r.excluded
         )
         every = [  # a patch in the tree keeps 12 out of the function holding it
-            s._replace(verdict=judged.HARMLESS) if s.finding in gone else s
+            s._replace(outcome=judged.HARMLESS) if s.finding in gone else s
             for s in _judged(read.findings, covered, release, capabilities)
         ]
     chosen = reports[0] if model is not None and len(reports) == 1 else None
-    suspects = tuple(s for s in every if s.verdict in judged.LISTED)
+    suspects = tuple(s for s in every if s.outcome in judged.LISTED)
     asked = _asked(source, paths, read, quantization) if model is not None else None
     found = pending.sort(work, chosen, asked, release)
     gaps, maybe, known = known_gaps.rows(release, asked and asked.names, capabilities)
@@ -103,19 +103,19 @@ def diagnose(
         model=chosen,
         blockers=tuple(blockers),
         suspects=suspects,
-        refusals=tuple(f for f in read.findings if f.kind == "refusal"),
+        refusals=tuple(f for f in read.findings if f.kind is Kind.REFUSAL),
         required=read.required,
         models=reports,
         excluded={r.name: r.excluded for r in read.registered if r.excluded},
         strict=strict,
         asked=model,
-        not_judged=tuple(sorted(source.not_judged.items())),
+        not_judged=tuple(Unread(f, why) for f, why in sorted(source.not_judged.items())),
         opt_in=tuple(found.opt_in + maybe),
         tables=tuple(found.tables),
         elsewhere=tuple(found.elsewhere),
         quantization=quantization if model is not None else None,
-        unjudged=tuple(s for s in every if s.verdict == judged.NOT_JUDGED),
-        harmless=sum(1 for s in every if s.verdict == judged.HARMLESS),
+        unjudged=tuple(s for s in every if s.outcome is judged.NOT_JUDGED),
+        harmless=sum(1 for s in every if s.outcome is judged.HARMLESS),
         capabilities=tuple(capabilities),
         undecided=tuple(found.undecided),
         known=known,
@@ -222,7 +222,7 @@ def _judged(
     return [
         _suspect(f, covered.get(f), shown_release, capabilities)
         for f in findings
-        if f.kind != "refusal"
+        if f.kind is not Kind.REFUSAL
     ]
 
 
@@ -276,10 +276,10 @@ def _rescanner(
 def _as_blocker(suspect: Suspect) -> Blocker:
     """A suspect counted as a blocker (`--strict`)."""
     f = suspect.finding
-    listed = [j for j in suspect.judgements if j.verdict == suspect.verdict]
+    listed = [j for j in suspect.judgements if j.outcome is suspect.outcome]
     what = listed[0].what if listed else f"capability 12 gets {f.gets} ({f.kind})"
     when = f"with {suspect.opt_in}" if suspect.opt_in else ""
-    return Blocker(what, f"{f.file}:{f.line}", suspect.covered_by, when=when)
+    return Blocker(what, f"{f.file}:{f.line}", suspect.covered_by, when=when, origin=Origin.SUSPECT)
 
 
 def _ours(

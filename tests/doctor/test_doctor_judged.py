@@ -25,7 +25,7 @@ def test_an_elif_behind_a_test_not_about_the_gpu_is_judged() -> None:
         '            self.attention_backend = "triton"\n'
     )
     ((first, second),) = _judged(code)
-    assert first.verdict == second.verdict == judged.FAILS
+    assert first.outcome == second.outcome == judged.FAILS
     assert first.what.startswith("12.0 gets fa3 (attention") and "8.0-9.0 only" in first.what
     assert first.opt_in == ""  # `attention_backend is None`: the default
 
@@ -40,20 +40,20 @@ def test_a_gate_inside_an_and_chain_behind_an_unknown_first_test() -> None:
         "    return triton_w8a8_block_fp8_linear\n"
     )
     ((judgement, _),) = _judged(code)
-    assert judgement.verdict == judged.FAILS and "fp8:flashinfer_trtllm" in judgement.what
+    assert judgement.outcome == judged.FAILS and "fp8:flashinfer_trtllm" in judgement.what
     # From 0.5.10 that entry point picks CUTLASS on 12: the mapping holds for 0.5.9 only.
     ((later, _),) = _judged(code, "0.5.10")
-    assert later.verdict == judged.HARMLESS
+    assert later.outcome == judged.HARMLESS
 
 
 def test_a_choice_that_runs_on_12_is_harmless_and_an_unknown_one_not_judged() -> None:
     runs = 'if is_sm100_supported():\n    moe_runner_backend = "flashinfer_trtllm"\nelse:\n    moe_runner_backend = "triton"\n'
-    assert [j.verdict for j in _judged(runs)[0]] == [judged.HARMLESS] * 2
+    assert [j.outcome for j in _judged(runs)[0]] == [judged.HARMLESS] * 2
     unknown = 'if is_blackwell_supported():\n    moe_runner_backend = "cutlass"\n'
     ((judgement, _),) = _judged(unknown)
-    assert judgement.verdict == judged.NOT_JUDGED and "cutlass" in judgement.what
+    assert judgement.outcome == judged.NOT_JUDGED and "cutlass" in judgement.what
     made_up = 'if is_blackwell_supported():\n    moe_runner_backend = "no_such_runner"\n'
-    assert _judged(made_up)[0][0].verdict == judged.NOT_JUDGED
+    assert _judged(made_up)[0][0].outcome == judged.NOT_JUDGED
 
 
 def test_a_flag_the_user_passes_makes_it_opt_in() -> None:
@@ -64,13 +64,13 @@ def test_a_flag_the_user_passes_makes_it_opt_in() -> None:
         '            self.moe_runner_backend = "flashinfer_trtllm"\n'
     )
     ((judgement, _),) = _judged(code)
-    assert judgement.verdict == judged.FAILS and judgement.opt_in == "self.enable_something"
+    assert judgement.outcome == judged.FAILS and judgement.opt_in == "self.enable_something"
 
 
 def test_a_path_that_runs_on_12_and_only_10_gets_is_a_loss() -> None:
     code = 'if is_sm100_supported():\n    attention_backend = "flashinfer"\nelse:\n    attention_backend = "triton"\n'
     ((judgement, _),) = _judged(code)
-    assert judgement.verdict == judged.LOSES and "10 gets flashinfer" in judgement.what
+    assert judgement.outcome == judged.LOSES and "10 gets flashinfer" in judgement.what
 
 
 def test_12_1_is_judged_apart_where_the_source_tells_them_apart() -> None:
@@ -89,7 +89,7 @@ def test_12_1_is_judged_apart_where_the_source_tells_them_apart() -> None:
         "    return True\n"
     )
     first = _judged(code, "0.5.20")[0]  # `sm_version < 90`: 12 goes on to turn it on
-    assert {j.capability: j.verdict for j in first} == {
+    assert {j.capability: j.outcome for j in first} == {
         "12.0": judged.NOT_JUDGED,
         "12.1": judged.FAILS,
     }
@@ -105,7 +105,7 @@ def test_a_later_early_return_turns_the_flag_off() -> None:
         "        return False\n"
         "    return True\n"
     )
-    assert all(j.verdict == judged.HARMLESS for js in _judged(code) for j in js)
+    assert all(j.outcome == judged.HARMLESS for js in _judged(code) for j in js)
 
 
 def test_the_device_is_cuda_on_nvidia() -> None:

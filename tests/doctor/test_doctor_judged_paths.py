@@ -35,7 +35,7 @@ TWELVE = '    elif major == 12:\n        declared["dsa_decode_backend"] = "tilel
 
 def test_a_decision_after_an_arm_that_takes_12_is_not_12s() -> None:
     (before,) = _judged(DSA.format(arm=""))
-    assert [j.verdict for j in before] == [judged.FAILS, judged.FAILS]
+    assert [j.outcome for j in before] == [judged.FAILS, judged.FAILS]
     assert "trtllm (dsa" in before[0].what
     # The else arm needs another KV dtype than the FP8 one: --kv-cache-dtype, the user's flag.
     assert before[0].opt_in == "kv_cache_dtype != 'fp8_e4m3'"
@@ -58,7 +58,7 @@ def test_a_decision_inside_an_if_12_cannot_enter_is_not_reported() -> None:
     entered = code.replace("is_sm100_supported()", "is_blackwell_supported()")
     assert 4 in lines(entered)
     inner = [j for found in _judged(entered, "0.5.9") for j in found if "trtllm_mha" in j.what]
-    assert inner and inner[0].verdict == judged.FAILS  # trtllm_mha does not run on 0.5.9's 12
+    assert inner and inner[0].outcome == judged.FAILS  # trtllm_mha does not run on 0.5.9's 12
 
 
 def test_a_path_only_an_unrunnable_backend_flag_leads_to_is_harmless() -> None:
@@ -68,17 +68,17 @@ def test_a_path_only_an_unrunnable_backend_flag_leads_to_is_harmless() -> None:
         '        self.decode_attention_backend = "flashinfer" if is_sm100_supported() else "triton"\n'
     )
     ((fa3, _),) = _judged(code.format(name="fa3"))
-    assert fa3.verdict == judged.HARMLESS  # fa3 does not run on 12: no working run gets there
+    assert fa3.outcome == judged.HARMLESS  # fa3 does not run on 12: no working run gets there
     ((flashinfer, _),) = _judged(code.format(name="flashinfer"))
     assert (
-        flashinfer.verdict == judged.LOSES and flashinfer.opt_in == "decode_backend == 'flashinfer'"
+        flashinfer.outcome == judged.LOSES and flashinfer.opt_in == "decode_backend == 'flashinfer'"
     )
 
 
 def test_a_loss_where_12_chooses_nothing_is_not_judged() -> None:
     code = 'def f(self):\n    if is_sm100_supported():\n        self.attention_backend = "triton"\n'
     ((judgement, _),) = _judged(code)
-    assert judgement.verdict == judged.NOT_JUDGED
+    assert judgement.outcome == judged.NOT_JUDGED
     assert "choosing nothing here" in judgement.what and "10 gets triton" in judgement.what
 
 
@@ -93,7 +93,7 @@ def test_a_loss_of_a_backend_that_is_another_kernel_on_12_is_not_judged(
         f'    self.attention_backend = "{lost}" if is_sm100_supported() else "triton"\n'
     )
     ((judgement, _),) = _judged(code)
-    assert judgement.verdict == verdict
+    assert judgement.outcome == verdict
     if verdict == judged.NOT_JUDGED:
         assert "XQA" in judgement.what and "not established" in judgement.what
 
