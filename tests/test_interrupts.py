@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sglpatch.cli import app
-from sglpatch.doctor.pool import usable_cores
+from sglpatch.doctor.read.pool import usable_cores
 from sglpatch.errors import ExitCode
 from tests.support import wheels
 from tests.support.releases import SEED

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sglpatch import catalogue, collector
-from sglpatch.doctor import environment, verdict
+from sglpatch.doctor import diagnosis, environment
 from sglpatch.doctor.models.asked import model_asked
 from sglpatch.doctor.report import Diagnosis
 from sglpatch.target import Target
@@ -27,7 +27,7 @@ def diagnose(
     """`sglpatch.doctor.diagnose`'s answer (its docstring says what the arguments mean)."""
     with collector.paused(settle=True):
         asked = model_asked(model, model_path)
-        return verdict.diagnose(
+        return diagnosis.diagnose(
             target.package_dir,
             target.release,
             catalogue.load(catalog),

@@ -20,8 +20,8 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from sglpatch.doctor import chunks
-from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, from_imports
+from sglpatch.doctor.read import chunks
+from sglpatch.doctor.read.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, from_imports
 from sglpatch.errors import UsageError
 
 

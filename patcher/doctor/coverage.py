@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple, Union
 from packaging.version import Version
 
 from sglpatch.doctor.findings import Finding, Kind
-from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, read_file
+from sglpatch.doctor.read.source_tree import TOO_DEEP, TOO_DEEP_WHY, read_file
 from sglpatch.errors import PatchCrashed
 from sglpatch.patch import Patch
 from sglpatch.results import Applied, Failed, Outcome

@@ -14,9 +14,8 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from sglpatch.doctor import chunks
-from sglpatch.doctor.report import Blocker, ModelReport, Origin
-from sglpatch.doctor.source_tree import (
+from sglpatch.doctor.read import chunks
+from sglpatch.doctor.read.source_tree import (
     TOO_DEEP,
     TOO_DEEP_WHY,
     Source,
@@ -24,6 +23,7 @@ from sglpatch.doctor.source_tree import (
     imported_modules,
     walk_with_ancestors,
 )
+from sglpatch.doctor.report import Blocker, ModelReport, Origin
 
 # torch.nn.Module's own methods: every model has them through a base outside SGLang.
 NN_MODULE_METHODS = frozenset(

@@ -27,7 +27,7 @@ from typing import NamedTuple
 from sglpatch.doctor.facts import kernel_support, sglang
 from sglpatch.doctor.facts.gpus import CAPABILITIES
 from sglpatch.doctor.findings import Chosen, Finding, Kind, Word
-from sglpatch.doctor.source_tree import last_name
+from sglpatch.doctor.read.source_tree import last_name
 
 
 class Outcome(Word):

@@ -1,6 +1,6 @@
 """The catalogue patches that still have work on the target, sorted for the report: blockers,
 opt-in (a flag leads there), tables only, other models' (or quantizations'), and undecided (the
-model's module could not be read). `verdict`'s docstring says what decides each.
+model's module could not be read). `diagnosis`'s docstring says what decides each.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """doctor's answer as values: the blockers, the suspects, the models, the kernels and the one-line
-answer (`Diagnosis.verdict`). `verdict.diagnose` computes it; its docstring says what each part
+answer (`Diagnosis.verdict`). `diagnosis.diagnose` computes it; its docstring says what each part
 means. `sglpatch.doctor.diagnose` returns it whole; nothing outside `doctor/` builds or edits one.
 """
 

@@ -22,8 +22,10 @@ from typer.testing import CliRunner
 
 from sglpatch import api, catalogue, cli
 from sglpatch.cli import app
-from sglpatch.doctor import candidates, coverage, devices, pool, scanner
-from sglpatch.doctor.source_tree import Source
+from sglpatch.doctor import coverage
+from sglpatch.doctor.gates import devices, scanner
+from sglpatch.doctor.read import candidates, pool
+from sglpatch.doctor.read.source_tree import Source
 from sglpatch.errors import CatalogueError, ExitCode
 from sglpatch.results import Applied
 from tests.support import wheels
@@ -580,7 +582,7 @@ def test_coverage_refuses_a_patch_path_that_leaves_the_package(
 
 def started_scan(source: Source, workers: pool.Pool) -> scanner.Scan:
     """A scan of the tree handed to `workers` (opened when the tree is large and a second core
-    is there), as `verdict.diagnose` starts it."""
+    is there), as `diagnosis.diagnose` starts it."""
     scan = scanner.Scan(source, devices.helpers_of(source), workers)
     workers.start(len(scan.listed))
     scan.start()

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from sglpatch import api
 from sglpatch.cli import app
-from sglpatch.doctor import pool
+from sglpatch.doctor.read import pool
 from sglpatch.errors import ExitCode
 from tests.support import wheels
 from tests.support.releases import SEED
@@ -306,7 +306,7 @@ def test_the_workers_die_with_doctor_even_on_sigkill() -> None:
     script = textwrap.dedent(
         """
         import os, signal, time
-        from sglpatch.doctor import pool
+        from sglpatch.doctor.read import pool
         with pool.Pool() as workers:
             assert workers.start(pool.SMALL)
             task = workers.run(time.sleep, 3600)

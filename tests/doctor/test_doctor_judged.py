@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sglpatch.doctor import devices, judged, scanner
+from sglpatch.doctor import judged
+from sglpatch.doctor.gates import devices, scanner
 
 HELPERS = devices.KNOWN_HELPERS
 IMPORTS = "from sglang.srt.utils import get_device_sm, is_blackwell_supported, is_sm100_supported\n"

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sglpatch.doctor import devices, judged, scanner, tables
+from sglpatch.doctor import judged
 from sglpatch.doctor.facts import kernel_support as support
+from sglpatch.doctor.gates import devices, scanner, tables
 
 HELPERS = devices.KNOWN_HELPERS
 IMPORTS = "from sglang.srt.utils import get_device_sm, is_blackwell_supported, is_sm100_supported\n"

@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-from sglpatch.doctor import census, scanner
+from sglpatch.doctor import census
+from sglpatch.doctor.gates import scanner
 from tests.support import releases, wheels
 
 _DEFINED = re.compile(r"^\s*def\s+(is_\w+)", re.MULTILINE)

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from sglpatch import api, catalogue
 from sglpatch.cli import app
-from sglpatch.doctor import verdict
+from sglpatch.doctor import diagnosis
 from sglpatch.errors import ExitCode
 from sglpatch.patch import Effect, Patch
 from sglpatch.results import Applied
@@ -150,8 +150,8 @@ def test_a_known_quantization_keeps_only_its_own_patches(trees: dict[str, Path])
     package = trees[SEED] / "sglang"
     patches = catalogue.load()
     release = Version(SEED)
-    int4 = verdict.diagnose(package, release, patches, KIMI, quantization="compressed-tensors")
-    fp8 = verdict.diagnose(package, release, patches, KIMI, quantization="fp8")
+    int4 = diagnosis.diagnose(package, release, patches, KIMI, quantization="compressed-tensors")
+    fp8 = diagnosis.diagnose(package, release, patches, KIMI, quantization="fp8")
     fp8_patches = {p.id for p in patches if p.concerns.quantization == ("fp8",)}
     assert fp8_patches and fp8_patches <= set(int4.elsewhere)
     assert not fp8_patches & {b.source for b in int4.blockers}

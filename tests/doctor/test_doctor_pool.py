@@ -1,4 +1,4 @@
-"""doctor's worker processes (`sglpatch.doctor.pool`): the same answer as running the work here,
+"""doctor's worker processes (`sglpatch.doctor.read.pool`): the same answer as running the work here,
 nothing left behind, the caller's own run when a worker dies or no process can start, and in
 one process on one core or a small tree."""
 
@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 
 from sglpatch import catalogue
 from sglpatch.cli import app
-from sglpatch.doctor import coverage, pool
+from sglpatch.doctor import coverage
+from sglpatch.doctor.read import pool
 from tests.support import wheels
 from tests.support.releases import SEED
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from sglpatch.doctor.source_tree import _EMPTY, every_node, walk, walk_with_ancestors
+from sglpatch.doctor.read.source_tree import _EMPTY, every_node, walk, walk_with_ancestors
 from tests.support import releases, wheels
 
 SAMPLE = """\

@@ -4,7 +4,7 @@ Half of what stops SGLang on capability 12 is in the wheels beside it (`no kerne
 available for execution on the device`). This package reads them without importing any and
 without a GPU: the CUDA fat binaries in their ELF libraries (`elf`, `fatbin`), standalone
 cubins, sgl-kernel's own loader (`packages`), and the compilers run at run time (`tools`,
-`triton_ptxas`); `archs` holds CUDA's rules for what runs where, `verdict` the findings.
+`triton_ptxas`); `archs` holds CUDA's rules for what runs where, `findings` the findings.
 
     findings = inspect(site_packages)            # list[KernelFinding]
     lines = render(findings, ("12.0", "12.1"))   # the human report's section
@@ -19,9 +19,9 @@ from pathlib import Path
 
 from sglpatch.doctor.facts.gpus import CAPABILITIES
 from sglpatch.doctor.kernels import inspectors
+from sglpatch.doctor.kernels.findings import KernelFinding, not_judged, render
 from sglpatch.doctor.kernels.packages import Distributions
 from sglpatch.doctor.kernels.triton_ptxas import inspect_triton
-from sglpatch.doctor.kernels.verdict import KernelFinding, not_judged, render
 
 __all__ = ["KernelFinding", "inspect", "render"]
 

@@ -12,14 +12,14 @@ from pathlib import Path
 
 from sglpatch.doctor.kernels import elf, fatbin
 from sglpatch.doctor.kernels.archs import Code, parse_capability
-from sglpatch.doctor.kernels.packages import Distributions, literals, sgl_kernel_build
-from sglpatch.doctor.kernels.verdict import (
+from sglpatch.doctor.kernels.findings import (
     KernelFinding,
     binary_finding,
     explain,
     judge_codes,
     not_judged,
 )
+from sglpatch.doctor.kernels.packages import Distributions, literals, sgl_kernel_build
 from sglpatch.reading import files_under
 
 Caps = Sequence[str]

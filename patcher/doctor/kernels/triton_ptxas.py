@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sglpatch.doctor.kernels import tools
+from sglpatch.doctor.kernels.findings import KernelFinding, not_judged
 from sglpatch.doctor.kernels.packages import Distributions, literals, read_text
-from sglpatch.doctor.kernels.verdict import KernelFinding, not_judged
 
 _FIX = (
     "set {var} to a ptxas from CUDA 12.9 or later: `pip install nvidia-cuda-nvcc-cu12==12.9.86`"

@@ -10,10 +10,10 @@ import ast
 import re
 from collections.abc import Iterator, Mapping, Sequence
 
-from sglpatch.doctor import chunks
 from sglpatch.doctor.facts import gpus
 from sglpatch.doctor.facts.sglang import KNOWN_HELPERS, PROBE, SM_NAME
-from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source
+from sglpatch.doctor.read import chunks
+from sglpatch.doctor.read.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source
 
 Device = gpus.Capability  # (major, minor): what a gate is evaluated for
 DEVICES: tuple[Device, ...] = tuple(gpu.capability for gpu in gpus.GPUS)

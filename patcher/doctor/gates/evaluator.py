@@ -16,7 +16,8 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any, Union
 
-from sglpatch.doctor.devices import (
+from sglpatch.doctor.facts.sglang import PLATFORM, PROBE, PROBE_VALUES
+from sglpatch.doctor.gates.devices import (
     DEVICES,
     NEW,
     RTX_BLACKWELL,
@@ -26,8 +27,7 @@ from sglpatch.doctor.devices import (
     is_platform,
     probe_of,
 )
-from sglpatch.doctor.facts.sglang import PLATFORM, PROBE, PROBE_VALUES
-from sglpatch.doctor.source_tree import walk
+from sglpatch.doctor.read.source_tree import walk
 
 _CAPABILITY_NAMES = {"major", "cc_major", "sm_major", "device_major"}
 

@@ -10,11 +10,11 @@ import ast
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from sglpatch.doctor import branches as branches_of
-from sglpatch.doctor import devices
-from sglpatch.doctor.evaluator import Evaluator
 from sglpatch.doctor.facts import sglang
-from sglpatch.doctor.source_tree import walk
+from sglpatch.doctor.gates import branches as branches_of
+from sglpatch.doctor.gates import devices
+from sglpatch.doctor.gates.evaluator import Evaluator
+from sglpatch.doctor.read.source_tree import walk
 
 KNOWN = frozenset({9, 10})
 NEW = devices.NEW

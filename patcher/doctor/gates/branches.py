@@ -16,11 +16,11 @@ import ast
 import itertools
 from collections.abc import Iterator, Sequence
 
-from sglpatch.doctor import entries
-from sglpatch.doctor.devices import Device
-from sglpatch.doctor.evaluator import Evaluator
 from sglpatch.doctor.facts import sglang
-from sglpatch.doctor.source_tree import last_name, walk
+from sglpatch.doctor.gates import entries
+from sglpatch.doctor.gates.devices import Device
+from sglpatch.doctor.gates.evaluator import Evaluator
+from sglpatch.doctor.read.source_tree import last_name, walk
 
 Tri = bool | None
 # (table kind, record name, the flag or entry point that chose it)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
-from sglpatch.doctor.source_tree import without_strings
+from sglpatch.doctor.read.source_tree import without_strings
 
 
 class Starts:

@@ -28,23 +28,13 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
-from sglpatch.doctor import (
-    census,
-    coverage,
-    devices,
-    eagle3,
-    judged,
-    known_gaps,
-    pending,
-    pool,
-    scanner,
-    tables,
-    unreached,
-)
+from sglpatch.doctor import census, coverage, eagle3, judged, known_gaps, pending, unreached
 from sglpatch.doctor.facts.gpus import CAPABILITIES
 from sglpatch.doctor.findings import Finding, Kind
+from sglpatch.doctor.gates import devices, scanner, tables
+from sglpatch.doctor.read import pool
+from sglpatch.doctor.read.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, read_file
 from sglpatch.doctor.report import Blocker, Diagnosis, ModelReport, Origin, Suspect, Unread
-from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, read_file
 from sglpatch.patch import Patch
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 A file is read as bytes and rejected by byte tests unless it names a capability word, a helper
 or a dict row keyed 10; in the rest, the candidate lines (`candidates`) and the statements
-around them (`chunks`) are parsed and judged by `gates`, and major-keyed tables by `tables`.
+around them (`chunks`) are parsed and judged by `reach`, and major-keyed tables by `tables`.
 The files are scanned in chunks, by the pool's workers and by the caller (`pool`).
 """
 
@@ -16,10 +16,11 @@ import re
 import subprocess
 from collections.abc import Collection, Iterator, Mapping, Sequence
 
-from sglpatch.doctor import candidates, chunks, devices, gates, tables
 from sglpatch.doctor.findings import Finding
-from sglpatch.doctor.pool import Pool, Task
-from sglpatch.doctor.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, read_file
+from sglpatch.doctor.gates import devices, reach, tables
+from sglpatch.doctor.read import candidates, chunks
+from sglpatch.doctor.read.pool import Pool, Task
+from sglpatch.doctor.read.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, read_file
 
 # Quick byte tests before any parsing: a capability word, a helper, or a dict row keyed 10
 # (`tables`). Each test is a search through every byte of the tree: they are few, and literal.
@@ -291,7 +292,7 @@ def scan_bytes(
         scanned, wanted, real = source_lines, lines, list(range(len(source_lines) + 1))
     # A module's own `def is_blackwell()` is not SGLang's helper of that name.
     defined = _defined(text) if "def is_" in text else frozenset()
-    found = list(gates.Gates(tree, shown, scanned, helpers, defined).run(wanted)) if wanted else []
+    found = list(reach.Gates(tree, shown, scanned, helpers, defined).run(wanted)) if wanted else []
     found = [f._replace(line=real[f.line], head=real[f.head] if f.head else 0) for f in found]
     if rows:
         found += tables.tables(tree, shown, source_lines)

@@ -24,9 +24,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator, Mapping, Sequence
 
-from sglpatch.doctor import branches as branches_of
-from sglpatch.doctor import devices
-from sglpatch.doctor.decisions import (
+from sglpatch.doctor.findings import Chosen, Finding, Kind
+from sglpatch.doctor.gates import branches as branches_of
+from sglpatch.doctor.gates import devices
+from sglpatch.doctor.gates.decisions import (
     Decision,
     Function,
     assigned,
@@ -42,10 +43,9 @@ from sglpatch.doctor.decisions import (
     spans,
     turns_on,
 )
-from sglpatch.doctor.devices import AMPERE, B200, GB10, RTX_BLACKWELL
-from sglpatch.doctor.evaluator import Evaluator
-from sglpatch.doctor.findings import Chosen, Finding, Kind
-from sglpatch.doctor.source_tree import walk, walk_with_ancestors
+from sglpatch.doctor.gates.devices import AMPERE, B200, GB10, RTX_BLACKWELL
+from sglpatch.doctor.gates.evaluator import Evaluator
+from sglpatch.doctor.read.source_tree import walk, walk_with_ancestors
 
 _DECISIONS = (
     ast.If, ast.IfExp, ast.Assert, ast.While, ast.Return, ast.Assign, ast.AnnAssign, ast.keyword

@@ -16,7 +16,7 @@ import re
 from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
-from sglpatch.doctor.source_tree import without_strings
+from sglpatch.doctor.read.source_tree import without_strings
 
 _DEF = re.compile(r"(\s*)(?:async\s+)?def\s")
 _STATEMENT_START = re.compile(r"[A-Za-z_@]")

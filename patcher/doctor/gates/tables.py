@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from sglpatch.doctor.findings import Finding, Kind
-from sglpatch.doctor.source_tree import chain, every_node, read_file
+from sglpatch.doctor.read.source_tree import chain, every_node, read_file
 
 MAJORS = frozenset(range(7, 14))  # plausible compute-capability majors
 KNOWN = 10
