@@ -23,7 +23,7 @@ from tests.conftest import snapshot
 from tests.support import wheels
 from tests.support.releases import SEED
 
-try:  # typer 0.26 and later carry their own copy of click (as sglpatch.usage imports it)
+try:  # typer 0.26 and later carry their own copy of click (as sglpatch.cli.usage imports it)
     from typer._click import exceptions as click_errors
 except ImportError:  # pragma: no cover - older typer uses click itself
     from click import exceptions as click_errors  # type: ignore[no-redef,import-not-found,unused-ignore]
