@@ -293,3 +293,40 @@ def test_cli_imports_no_libcst_and_no_git(module: str) -> None:
         or found.module in (f"{PACKAGE}.cst_tools", f"{PACKAGE}.store.git")
     ]
     assert not wrong, f"{module} imports below the API:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not _in_doctor(m)))
+def test_doctor_has_one_door(module: str) -> None:
+    """Outside `doctor/`, doctor is `sglpatch.doctor` and nothing below it, and nobody else builds
+    or edits its answer: a Diagnosis is made (or `_replace`d) inside doctor only."""
+    wrong = [
+        f"line {found.line}: imports {found.module}"
+        for found in SGLPATCH.imports(module)
+        if found.module.startswith(f"{PACKAGE}.doctor.")
+        or (
+            found.module == f"{PACKAGE}.doctor"
+            and any(f"{PACKAGE}.doctor.{name}" in MODULES for name in found.names)
+        )
+    ]
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Call):
+            called = node.func
+            name = called.attr if isinstance(called, ast.Attribute) else getattr(called, "id", "")
+            if name in ("Diagnosis", "Blocker", "Suspect"):
+                wrong.append(f"line {node.lineno}: builds a {name}")
+    assert not wrong, f"{module} reaches behind doctor's door:\n" + "\n".join(wrong)
+
+
+def test_the_apis_doctor_finds_the_target_and_asks_the_door() -> None:
+    """`api/doctor.py` finds the target and calls `sglpatch.doctor.diagnose`: nothing else."""
+    module = f"{PACKAGE}.api.doctor"
+    assert len(MODULES[module].read_text().splitlines()) <= 80
+    imported = {
+        f"{found.module}.{name}" if f"{found.module}.{name}" in MODULES else found.module
+        for found in SGLPATCH.imports(module)
+        for name in found.names or ("",)
+        if found.module.startswith(PACKAGE)
+    }
+    # the door, and what every API module shares: the target finder and the report values
+    assert imported <= {f"{PACKAGE}.doctor", f"{PACKAGE}.target", f"{PACKAGE}.reports"}, imported
+    assert f"{PACKAGE}.doctor" in imported
