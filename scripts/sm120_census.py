@@ -33,6 +33,7 @@ if not __package__:  # run as a file: run as the module instead (scripts/__init_
     os.execv(sys.executable, [sys.executable, "-m", "scripts.sm120_census", *sys.argv[1:]])
 
 from sglpatch.doctor.facts import gpus
+from sglpatch.doctor.facts.sglang import DRAFT_CLASS
 from tests.support import census, wheels  # the development helpers (tests/support)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,7 +42,6 @@ RELEASES = ["0.5.9", "0.5.16", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]
 OUT = REPO / "docs" / "sm120-census.md"
 SM120 = [gpu.capability for gpu in gpus.ASKED]  # 12.0, 12.1
 COMPARE = gpus.B200.capability
-DRAFT = re.compile(r"(?:NextN|MTP|Eagle\d*)$")
 QUANTS = ("bf16", "fp8", "modelopt_fp4")
 # Values that are not a kernel: "auto" is resolved later, by the layer that loads the weights;
 # "nsa"/"dsa" dispatch to the DSA prefill/decode backends, which are judged themselves.
@@ -82,7 +82,7 @@ def architectures(release: str) -> tuple[str, ...]:
     for path in wheels.members(release, "sglang/srt/models/"):
         if path.endswith(".py"):
             names |= set(summarize(wheels.member(release, path), path).entry)
-    return tuple(sorted(n for n in names if not DRAFT.search(n)))
+    return tuple(sorted(n for n in names if not DRAFT_CLASS.search(n)))
 
 
 @cache

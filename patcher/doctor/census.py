@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from sglpatch.doctor.facts.sglang import DRAFT_CLASS
 from sglpatch.doctor.read import chunks
 from sglpatch.doctor.read.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, from_imports
 from sglpatch.errors import UsageError
@@ -237,7 +238,7 @@ def registered(source: Source, models: Models, paths: Sequence[Path]) -> list[Re
             excluded = None
             if name in not_generation:
                 excluded = "not a generation model (SGLang's is_generation_model)"
-            elif name in drafts or _DRAFT.search(name):
+            elif name in drafts or DRAFT_CLASS.search(name):
                 excluded = "a draft model (NextN/MTP/EAGLE)"
             else:
                 attributes = models.attributes(*where)
@@ -245,9 +246,6 @@ def registered(source: Source, models: Models, paths: Sequence[Path]) -> list[Re
                     excluded = "pools hidden states (embedding, reward or classification)"
             found.append(Registered(where[0], name, path, excluded))
     return found
-
-
-_DRAFT = re.compile(r"(?:NextN|MTP|Eagle\d*)$")
 
 
 _REGISTRY_LINES = re.compile(r"def is_generation_model\b|architectures.*=\s*[\"']")
