@@ -5,7 +5,7 @@ This module finds the target and asks `sglpatch.doctor`, whose answer is whole.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sglpatch import doctor
@@ -23,6 +23,8 @@ def diagnose(
     progress: Callable[[str], None] | None = None,
     version: str | None = None,
     capability: str | None = None,
+    launch: Sequence[str] | None = None,
+    eagle3: bool = False,
 ) -> DoctorReport:
     """Will the target run on capability-12 GPUs (with EAGLE-3 on `model`)? From its own source.
 
@@ -32,9 +34,10 @@ def diagnose(
     id when no such folder exists (as SGLang's own --model-path). A release that cannot be read
     is a usage error unless `version` gives it: which patches the tree needs depends on it, so
     "ready" could not be known. `capability` ("12.0" or "12.1") asks about one part; None:
-    both.
+    the parts nvidia-smi reports, or both. `launch`: the launch's arguments (or whole command),
+    parsed with the release's own options; `eagle3`: judge EAGLE-3 without a launch.
     """
-    capabilities = doctor.capabilities(capability)
+    capabilities = doctor.capabilities(capability) if capability is not None else None
     target = find_target(target_path, parse_release(version) if version else None)
     found = doctor.diagnose(
         target,
@@ -44,5 +47,7 @@ def diagnose(
         strict=strict,
         progress=progress,
         capabilities=capabilities,
+        launch=launch,
+        eagle3=eagle3,
     )
     return DoctorReport(target, found, found.kernels, found.kernels_from, found.model_from)

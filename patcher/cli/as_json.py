@@ -10,7 +10,7 @@ from sglpatch.results import AlreadyApplied, Failed, NotApplicable, Outcome
 from sglpatch.target import Target
 
 if TYPE_CHECKING:
-    from sglpatch.doctor import Blocker, Finding, Suspect
+    from sglpatch.doctor import Blocker, Diagnosis, Finding, Suspect
 
 JSON = dict[str, Any]
 
@@ -192,6 +192,13 @@ def doctor(report: api.DoctorReport) -> JSON:
         "not_for_this_model": list(found.elsewhere),
         "not_judged_for_this_model": list(found.undecided),
         "quantization": found.quantization,
+        "quantization_from": found.quantization_from or None,
+        "launch": None
+        if found.launch is None
+        else {"model_path": found.launch.model_path, "flags": dict(found.launch.flags)},
+        "gpu": _gpu(found),
+        "eagle3_asked": found.eagle3,
+        "draft": found.draft,
         "eagle3": {
             "required": list(found.required),
             "called_at": {method: list(places) for method, places in found.required.items()},
@@ -231,6 +238,16 @@ def _suspect(suspect: Suspect) -> JSON:
             for j in suspect.judgements
         }
     return data
+
+
+def _gpu(found: Diagnosis) -> JSON:
+    gpu = found.gpu
+    return {
+        "capabilities": list(found.capabilities),
+        "from": gpu.source if gpu is not None else None,
+        "present": list(gpu.present) if gpu is not None else [],
+        "note": gpu.note if gpu is not None else "",
+    }
 
 
 def _blocker(blocker: Blocker) -> JSON:

@@ -65,8 +65,28 @@ CapabilityOption = Annotated[
     typer.Option(
         "--capability",
         help="Judge one capability-12 part: 12.0 (RTX PRO 6000, RTX 5090) or 12.1 (GB10, "
-        "DGX Spark). Default: both, side by side where they differ.",
+        "DGX Spark). Default: the parts nvidia-smi reports; where it does not answer (or "
+        "reports no part of 12), both, side by side where they differ.",
         show_default=False,
+    ),
+]
+
+Eagle3Option = Annotated[
+    bool,
+    typer.Option(
+        "--eagle3",
+        help="Judge EAGLE-3 on the model without a launch (a launch says it itself: "
+        "--speculative-algorithm EAGLE3). Otherwise its missing EAGLE-3 methods are not counted.",
+    ),
+]
+LaunchArgument = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Argument(
+        help="After --: the launch you will run, its arguments to `python -m "
+        "sglang.launch_server` or the whole command; parsed with the release's own options. "
+        "Its --model-path names the model.",
+        show_default=False,
+        metavar="[-- LAUNCH...]",
     ),
 ]
 
@@ -78,7 +98,7 @@ _ran = False
 @app.command(
     epilog=examples(
         "sglpatch doctor --model moonshotai/Kimi-K2.5",
-        "sglpatch doctor --model kimi_k25 --capability 12.1 --verbose",
+        "sglpatch doctor -- --model-path moonshotai/Kimi-K2.5 --speculative-algorithm EAGLE3",
     )
 )
 @handled
@@ -93,11 +113,15 @@ def doctor(
     catalog: CatalogOption = None,
     json_out: JsonOption = False,
     old_version: DeprecatedVersionOption = None,
+    eagle3: Eagle3Option = False,
+    launch: LaunchArgument = None,
 ) -> None:
-    """Will this SGLang run on capability-12 GPUs, with EAGLE-3 on your model? Read from its source.
+    """Will this SGLang run on capability-12 GPUs, with your model and launch? Read from its source.
 
-    Exit 0 when ready, 5 when blockers remain (known breakage: a catalogue patch not applied yet,
-    or the model's missing EAGLE-3 methods) or a file could not be read or parsed (not judged).
+    After --, the launch you will run (its flags decide which opt-in patches block; its
+    --speculative-algorithm EAGLE3 judges EAGLE-3). Exit 0 when ready, 5 when blockers remain
+    (known breakage: a catalogue patch not applied yet, or, with EAGLE-3 asked, the model's
+    missing EAGLE-3 methods) or a file could not be read or parsed (not judged).
     Suspects (heuristic findings) block only with --strict. A release that cannot be read is
     exit 2 unless --release gives it.
     """
@@ -114,6 +138,8 @@ def doctor(
         progress=progress,
         version=version,
         capability=capability,
+        launch=launch,
+        eagle3=eagle3,
     )
     if progress is not None:
         sys.stderr.write("\r\033[K")  # clear the progress line
@@ -154,6 +180,9 @@ def _print_diagnosis(report: api.DoctorReport, verbose: bool = False) -> None:
         typer.echo(f"  judged as {note}")
     if report.model_from is not None:
         typer.echo(f"  config: {report.model_from}")
+    if found.quantization is not None:
+        typer.echo(f"  quantization: {found.quantization} ({found.quantization_from})")
+    _print_given(found)
     if found.blockers:
         typer.echo("\nBlockers:")
         _print_rows(found.blockers)
@@ -203,12 +232,34 @@ def _print_rows(rows: tuple[Blocker, ...], conditions: bool = True) -> None:
         typer.echo(f"  - {blocker.what}{when}\n      {fix}{note}")
 
 
+def _print_given(found: Diagnosis) -> None:
+    """Which GPU was judged and why; the launch's options, when one was given."""
+    gpu = found.gpu
+    if gpu is not None and gpu.source is not None:
+        typer.echo(f"  GPU: {', '.join(gpu.capabilities)} (from {gpu.source})")
+    elif gpu is not None and gpu.note:
+        typer.echo(f"  GPU: {gpu.note}")
+    if found.launch is not None:
+        flags = [f for f in found.launch.flags if f != "--model-path"]
+        typer.echo(f"  launch: {len(flags)} option{'s' * (len(flags) != 1)} given beside "
+                   f"--model-path{': ' if flags else ''}{' '.join(flags)}")  # fmt: skip
+
+
 def _print_eagle3(found: Diagnosis) -> None:
     unread = [f for f, _ in found.not_judged if f.startswith("sglang/srt/models/")]
-    if found.model is not None:
+    if found.draft is not None:
+        typer.echo(
+            f"\nEAGLE-3: {found.draft} is an EAGLE-3 draft model; check its target "
+            "(`sglpatch doctor --model TARGET --eagle3`)."
+        )
+    elif found.model is not None:
         model = found.model
         state = f"lacks {', '.join(model.missing)}" if model.missing else "has them all"
-        typer.echo(f"\nEAGLE-3 on {model.name} ({model.module}): {state}")
+        if model.missing and model.fixed_by and not found.eagle3:  # not among the blockers
+            state += f" (fixed by `sglpatch apply`: {model.fixed_by})"
+        asked = "" if found.eagle3 else " (not asked, not counted: --eagle3 or a launch with "
+        asked = asked and asked + "--speculative-algorithm EAGLE3 judges it)"
+        typer.echo(f"\nEAGLE-3 on {model.name} ({model.module}): {state}{asked}")
     elif found.asked is not None and unread:
         typer.echo(f"\nEAGLE-3 on {found.asked}: not judged ({', '.join(unread)} not read)")
     else:
@@ -226,6 +277,8 @@ def _print_next(report: api.DoctorReport) -> None:
     rows = (*found.blockers, *found.opt_in)
     if any(b.fixed_by and not b.beyond_apply for b in rows):
         again = "sglpatch doctor" + (f" --model {found.asked}" if found.asked else "")
+        again += " --eagle3" if found.eagle3 and found.launch is None else ""
+        again = "sglpatch doctor -- <the same launch>" if found.launch is not None else again
         typer.echo(f"\nNext: `{found.apply_command}`, then `{again}` again.")
 
 

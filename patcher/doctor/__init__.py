@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from sglpatch.doctor.kernels import KernelFinding as KernelFinding
     from sglpatch.doctor.report import Blocker as Blocker
     from sglpatch.doctor.report import Diagnosis as Diagnosis
+    from sglpatch.doctor.report import GpuChoice as GpuChoice
+    from sglpatch.doctor.report import Launched as Launched
     from sglpatch.doctor.report import ModelReport as ModelReport
     from sglpatch.doctor.report import Suspect as Suspect
     from sglpatch.target import Target
@@ -33,8 +35,10 @@ __all__ = [
     "Blocker",
     "Diagnosis",
     "Finding",
+    "GpuChoice",
     "KernelFinding",
     "Kind",
+    "Launched",
     "ModelReport",
     "Suspect",
     "capabilities",
@@ -51,7 +55,9 @@ def diagnose(
     model_path: Path | None = None,
     strict: bool = False,
     progress: Callable[[str], None] | None = None,
-    capabilities: Sequence[str] = CAPABILITIES,
+    capabilities: Sequence[str] | None = CAPABILITIES,
+    launch: Sequence[str] | None = None,
+    eagle3: bool = False,
 ) -> Diagnosis:
     """Will `target` run on capability-12 GPUs (with EAGLE-3 on `model`)? From its own source.
 
@@ -59,7 +65,12 @@ def diagnose(
     stem (`kimi_k25`) or a Hugging Face id (`moonshotai/Kimi-K2.5`, read in the local hub
     cache); `model_path` is a checkpoint folder whose config.json names it, or a Hugging Face
     id when no such folder exists (as SGLang's own --model-path). `catalog` is the catalogue's
-    folder (None: the installed one); `capabilities` the parts asked about (`capabilities()`).
+    folder (None: the installed one); `capabilities` the parts asked about (`capabilities()`),
+    or None: those `nvidia-smi` reports (both where it does not answer or reports no part of 12).
+    `launch` is what the user gives `python -m sglang.launch_server` (or the whole command),
+    parsed with the release's own options; its `--model-path` names the model. The model's
+    missing EAGLE-3 methods are blockers only when `eagle3` or the launch's
+    `--speculative-algorithm EAGLE3` asks for EAGLE-3.
     """
     from sglpatch.doctor import answer  # its readers load only when doctor runs
 
@@ -71,6 +82,8 @@ def diagnose(
         strict=strict,
         progress=progress,
         capabilities=capabilities,
+        launch=launch,
+        eagle3=eagle3,
     )
 
 
@@ -93,6 +106,8 @@ def render_kernels(found: Sequence[KernelFinding], asked: Sequence[str]) -> list
 # The value types, loaded on first use (their modules import the kernel-support table).
 _TYPES = {
     "Blocker": "report",
+    "GpuChoice": "report",
+    "Launched": "report",
     "Diagnosis": "report",
     "ModelReport": "report",
     "Suspect": "report",

@@ -1,5 +1,6 @@
-"""The one door's work: the model asked for, the catalogue, the tree and the environment beside
-it, read with the collector paused, into one `Diagnosis`."""
+"""The one door's work: the model asked for, the launch, the checkpoint's quantization, the GPU,
+the catalogue, the tree and the environment beside it, read with the collector paused, into one
+`Diagnosis`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sglpatch import catalogue, collector
-from sglpatch.doctor import diagnosis, environment
+from sglpatch.doctor import diagnosis, environment, given
 from sglpatch.doctor.models.asked import model_asked
 from sglpatch.doctor.report import Diagnosis
 from sglpatch.target import Target
@@ -22,19 +23,33 @@ def diagnose(
     model_path: Path | None,
     strict: bool,
     progress: Callable[[str], None] | None,
-    capabilities: Sequence[str],
+    capabilities: Sequence[str] | None,
+    launch: Sequence[str] | None = None,
+    eagle3: bool = False,
 ) -> Diagnosis:
     """`sglpatch.doctor.diagnose`'s answer (its docstring says what the arguments mean)."""
     with collector.paused(settle=True):
-        asked = model_asked(model, model_path)
+        release = str(target.release) if target.release is not None else "(release unknown)"
+        parsed = None if launch is None else given.read_launch(target.package_dir, release, launch)
+        path = given.model_path(parsed, model, model_path)
+        asked = model_asked(model, path)
+        patches = catalogue.load(catalog)
+        quantization, read_from = given.quantization(target.package_dir, asked.config, parsed)
+        gpu = given.gpu(capabilities)
+        flags = {p.concerns.flag for p in patches if p.concerns.flag}
         return diagnosis.diagnose(
             target.package_dir,
             target.release,
-            catalogue.load(catalog),
+            patches,
             asked.model,
             strict=strict,
             progress=progress,
-            capabilities=capabilities,
-            beside=functools.partial(environment.read, target, capabilities),
+            quantization=quantization,
+            capabilities=gpu.capabilities,
+            beside=functools.partial(environment.read, target, gpu.capabilities),
             model_from=asked.config,
+            quantization_from=read_from,
+            eagle3=given.eagle3_asked(parsed, eagle3),
+            launch=None if parsed is None else given.launched(parsed, flags),
+            gpu=gpu,
         )

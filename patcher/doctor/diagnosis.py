@@ -1,14 +1,17 @@
 """doctor's answer: will this SGLang run on capability-12 GPUs, with EAGLE-3 on this model?
 
 Blockers are what is known to break: the catalogue patches that still have work on this release
-(each declares the `symptom` a capability-12 user sees without it) and the chosen model's
-missing EAGLE-3 methods. A pending patch whose effect on this release only completes a table
-(`Effect.TABLE`) is listed as such, never a blocker. Without a model, every other pending patch
-blocks (the whole release), but one that edits a models module. With one, what each patch
-`concerns` decides: a blocker is a patch this model's start-up reaches with default flags; one
-that needs an opt-in flag is listed apart, one about other models (or, when the quantization is
-known, other quantizations) is counted; where the model's module could not be read, which
-patches concern it is unknown: those are listed as not judged for it, never as other models'.
+(each declares the `symptom` a capability-12 user sees without it) and, when EAGLE-3 is asked
+for (`eagle3`: `--eagle3` or the launch's `--speculative-algorithm EAGLE3`), the chosen model's
+missing EAGLE-3 methods (otherwise reported, not counted). A pending patch whose effect on this
+release only completes a table (`Effect.TABLE`) is listed as such, never a blocker. Without a
+model, every other pending patch blocks (the whole release), but one that edits a models module.
+With one, what each patch `concerns` decides: a blocker is a patch this model's start-up reaches
+with default flags; one that needs an opt-in flag is listed apart (a blocker when the launch
+given passes that flag; with a launch that does not, listed apart without a model too), one
+about other models (or, when the quantization is known, other quantizations) is counted; where
+the model's module could not be read, which patches concern it is unknown: those are listed as
+not judged for it, never as other models'.
 A quantization-specific patch blocks when the quantization is not known, with its condition ("if
 the checkpoint is fp8"): apply fixes it either way, and "ready" must hold for every checkpoint of
 the model. The scanner's findings are suspects: judged against the kernel-support table for each
@@ -29,12 +32,22 @@ from typing import TYPE_CHECKING, NamedTuple
 from packaging.version import Version
 
 from sglpatch.doctor import census, coverage, eagle3, judged, known_gaps, pending, unreached
+from sglpatch.doctor.eagle3 import missing_methods
 from sglpatch.doctor.facts.gpus import CAPABILITIES
 from sglpatch.doctor.findings import Finding, Kind
 from sglpatch.doctor.gates import devices, scanner, tables
 from sglpatch.doctor.read import pool
 from sglpatch.doctor.read.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, read_file
-from sglpatch.doctor.report import Blocker, Diagnosis, ModelReport, Origin, Suspect, Unread
+from sglpatch.doctor.report import (
+    Blocker,
+    Diagnosis,
+    GpuChoice,
+    Launched,
+    ModelReport,
+    Origin,
+    Suspect,
+    Unread,
+)
 from sglpatch.patch import Patch
 
 if TYPE_CHECKING:
@@ -55,6 +68,10 @@ def diagnose(
     capabilities: Sequence[str] = CAPABILITIES,
     beside: Callable[[], Environment | None] | None = None,
     model_from: Path | None = None,
+    quantization_from: str = "",
+    eagle3: bool = False,
+    launch: Launched | None = None,
+    gpu: GpuChoice | None = None,
 ) -> Diagnosis:
     """The whole answer for the tree at `package_dir`. `beside` reads the environment that runs
     it (its kernels and missing requirements; None: not judged), once the tree is read;
@@ -80,9 +97,11 @@ def diagnose(
     chosen = reports[0] if model is not None and len(reports) == 1 else None
     suspects = tuple(s for s in every if s.outcome in judged.LISTED)
     asked = _asked(source, paths, read, quantization) if model is not None else None
-    found = pending.sort(work, chosen, asked, release)
+    found = pending.sort(work, chosen, asked, release, launch and launch.passed)
     gaps, maybe, known = known_gaps.rows(release, asked and asked.names, capabilities)
-    blockers = found.blockers + gaps + (eagle3.missing_methods(reports) if model else [])
+    blockers = found.blockers + gaps
+    if model is not None and eagle3:  # the model's EAGLE-3 methods, when EAGLE-3 is asked for
+        blockers += missing_methods(reports)
     if strict:
         blockers += [_as_blocker(s) for s in suspects]
     environment = beside() if beside is not None else None
@@ -112,7 +131,20 @@ def diagnose(
         kernels=None if environment is None else environment.kernels,
         kernels_from=None if environment is None else environment.site,
         model_from=model_from,
+        quantization_from=quantization_from if model is not None else "",
+        eagle3=eagle3,
+        draft=_draft(model, read.registered),
+        launch=launch,
+        gpu=gpu,
     )
+
+
+def _draft(model: str | None, registered: Sequence[census.Registered]) -> str | None:
+    """The draft model class (EAGLE, NextN, MTP) the model asked for is, if it is one."""
+    if model is None:
+        return None
+    drafts = [r.name for r in registered if r.excluded and r.excluded.startswith("a draft")]
+    return drafts[0] if drafts and len(drafts) == len(registered) else None
 
 
 class _Read(NamedTuple):

@@ -65,8 +65,13 @@ def sort(
     chosen: ModelReport | None,
     asked: Scope | None,
     release: Version | None,
+    passed: frozenset[str] | None = None,
 ) -> Sorted:
-    """The pending patches, in one list each: blockers, opt-in, tables, other models', undecided."""
+    """The pending patches, in one list each: blockers, opt-in, tables, other models', undecided.
+
+    `passed`: the `Concerns.flag`s the user's launch passes (None: no launch given). A patch
+    behind a flag blocks when the launch passes it; with a launch that does not, it is opt-in.
+    """
     found = Sorted([], [], [], [], [])
     for check in work:
         patch = check.patch
@@ -77,10 +82,12 @@ def sort(
         if release is not None and patch.effect_on(release) is Effect.TABLE:
             found.tables.append(_as_pending(check, release, f"{Effect.TABLE.value} on {release}"))
             continue
+        launched = passed is None or concerns.flag is None or concerns.flag in passed
         if asked is None:
             if check.file.startswith("sglang/srt/models/"):
                 continue  # another model's fix
-            found.blockers.append(_as_pending(check, release, when=when))
+            rows = found.blockers if launched else found.opt_in
+            rows.append(_as_pending(check, release, when=when))
             continue
         wanted = concerns.quantization
         if wanted and asked.quantization is not None and asked.quantization not in wanted:
@@ -88,10 +95,11 @@ def sort(
         elif not _concerned(check, asked):
             unknown = asked.unread and concerns.runtime == "srt"  # it may concern the model
             (found.undecided if unknown else found.elsewhere).append(patch.id)
-        elif concerns.flag:
+        elif concerns.flag and (passed is None or concerns.flag not in passed):
             found.opt_in.append(_as_pending(check, release, when=when))
-        else:
+        else:  # reached: by default, or by a flag the launch passes (said as its condition)
             condition = "" if not wanted or asked.quantization else _if_quantized(wanted)
+            condition = "; ".join(filter(None, (when, condition)))
             found.blockers.append(_as_pending(check, release, when=condition))
     return found
 

@@ -66,6 +66,23 @@ class ModelReport(NamedTuple):
     fixed_by: str | None
 
 
+class Launched(NamedTuple):
+    """The launch the user gave after `--`, as the release's own options parsed it."""
+
+    model_path: str | None  # its --model-path (or --model, or `sglang serve MODEL`)
+    flags: dict[str, object]  # the options given, by their first long spelling -> value
+    passed: frozenset[str]  # the patches' `Concerns.flag`s this launch passes
+
+
+class GpuChoice(NamedTuple):
+    """Which capability-12 parts are judged, and who said so."""
+
+    capabilities: tuple[str, ...]  # the parts judged ("12.0", "12.1")
+    source: str | None  # "nvidia-smi", "--capability", or None (neither: both parts)
+    present: tuple[str, ...] = ()  # what nvidia-smi reported, each part once
+    note: str = ""  # e.g. that no GPU present is capability 12
+
+
 class Suspect(NamedTuple):
     finding: Finding
     covered_by: str | None
@@ -118,6 +135,15 @@ class Diagnosis(NamedTuple):
     # The config.json the model's architecture was read in: --model-path's, or a Hugging Face
     # id's snapshot in the local hub cache (None: --model named the architecture or module).
     model_from: Path | None = None
+    # Where `quantization` was read: config.json's key, or "--quantization" (the launch's).
+    quantization_from: str = ""
+    # Whether EAGLE-3 was asked for (--eagle3, or the launch's --speculative-algorithm EAGLE3):
+    # only then are the model's missing EAGLE-3 methods blockers.
+    eagle3: bool = False
+    # The model asked for is an EAGLE-3 (or other) draft model: its class name.
+    draft: str | None = None
+    launch: Launched | None = None  # the launch given after `--`
+    gpu: GpuChoice | None = None  # which parts were judged, and from what
 
     @property
     def ready(self) -> bool:
@@ -149,7 +175,8 @@ class Diagnosis(NamedTuple):
     def verdict(self) -> str:
         subject = "capability 12"
         if self.model is not None or self.asked:
-            subject += f" + EAGLE-3 on {self.model.name if self.model else self.asked}"
+            name = self.model.name if self.model else self.asked
+            subject += f" + EAGLE-3 on {name}" if self.eagle3 else f" with {name}"
         where = f"SGLang {self.release}" if self.release else "SGLang, release unknown"
         unjudged = len(self.not_judged)
         files = self.unread

@@ -94,7 +94,7 @@ def finding_at(report: dict[str, Any], file: str, code: str) -> list[dict[str, A
 
 @pytest.mark.wheel
 def test_0_5_9_kimi_has_blockers_all_fixed_by_apply(trees: dict[str, Path], tmp_path: Path) -> None:
-    code, report = run_doctor(trees[SEED], "--model", KIMI)
+    code, report = run_doctor(trees[SEED], "--model", KIMI, "--eagle3")
     assert code == ExitCode.GAPS and not report["ready"]
     assert report["verdict"].startswith(f"capability 12 + EAGLE-3 on {KIMI} (SGLang 0.5.9): ")
     assert report["verdict"].endswith("fixed by `sglpatch apply`")
@@ -118,7 +118,9 @@ def test_0_5_9_kimi_has_blockers_all_fixed_by_apply(trees: dict[str, Path], tmp_
 
 @pytest.mark.wheel
 def test_0_5_9_kimi_is_ready_after_apply(applied: dict[str, Path]) -> None:
-    result = CliRunner().invoke(app, ["doctor", "--target", str(applied[SEED]), "--model", KIMI])
+    result = CliRunner().invoke(
+        app, ["doctor", "--target", str(applied[SEED]), "--model", KIMI, "--eagle3"]
+    )
     assert result.exit_code == 0, result.stdout
     first = result.stdout.splitlines()[0]
     assert first == f"capability 12 + EAGLE-3 on {KIMI} (SGLang 0.5.9): ready"
@@ -130,14 +132,14 @@ def test_0_5_9_kimi_is_ready_after_apply(applied: dict[str, Path]) -> None:
 def test_later_releases_kimi_has_its_methods_and_apply_clears_the_rest(
     release: str, trees: dict[str, Path], applied: dict[str, Path], tmp_path: Path
 ) -> None:
-    code, before = run_doctor(trees[release], "--model", "kimi_k25")
+    code, before = run_doctor(trees[release], "--model", "kimi_k25", "--eagle3")
     assert before["model"] == KIMI
     assert before["eagle3"]["models"][KIMI]["missing"] == []  # upstream since 0.5.10
     pending = pending_patches(trees[release], tmp_path / "ledger")
     assert accounted(before) == pending
     assert all(b["fixed_by"] for b in before["blockers"])
     assert (code == 0) == (not before["blockers"])
-    code, after = run_doctor(applied[release], "--model", KIMI)
+    code, after = run_doctor(applied[release], "--model", KIMI, "--eagle3")
     assert code == 0 and after["ready"] and after["blockers"] == []
     assert after["verdict"] == f"capability 12 + EAGLE-3 on {KIMI} (SGLang {release}): ready"
 
@@ -287,7 +289,14 @@ def test_model_by_architecture_stem_or_checkpoint(trees: dict[str, Path], tmp_pa
     by_stem = run_doctor(site, "--model", "kimi_k25")[1]
     by_path = run_doctor(site, "--model-path", str(checkpoint))[1]
     assert by_name["model"] == by_stem["model"] == by_path["model"] == KIMI
-    assert by_name["blockers"] == by_stem["blockers"] == by_path["blockers"]
+    assert by_name["blockers"] == by_stem["blockers"]
+    # The checkpoint's config.json declares no quantization (issue 34): the quantization
+    # patches that block "if the checkpoint is ..." by name block no unquantized checkpoint.
+    assert by_path["quantization"] == "unquantized" and by_name["quantization"] is None
+    conditional = [b for b in by_name["blockers"] if b["when"].startswith("if the checkpoint is")]
+    assert conditional and by_path["blockers"] == [
+        b for b in by_name["blockers"] if b not in conditional
+    ]
 
 
 @pytest.mark.wheel
@@ -376,7 +385,7 @@ def test_a_ready_tree_exits_zero_and_says_ready(runner: CliRunner, tmp_path: Pat
 
 def test_a_missing_method_blocks_and_exits_5(runner: CliRunner, tmp_path: Path) -> None:
     site = tiny_tree(tmp_path, with_method=False)
-    result = runner.invoke(app, ["doctor", "--target", str(site), "--model", "tiny"])
+    result = runner.invoke(app, ["doctor", "--target", str(site), "--model", "tiny", "--eagle3"])
     assert result.exit_code == ExitCode.GAPS
     assert "1 blocker, none fixed by `sglpatch apply`" in result.stdout.splitlines()[0]
     assert "Tiny lacks get_embed_and_head" in result.stdout
