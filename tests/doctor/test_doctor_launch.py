@@ -1,0 +1,237 @@
+"""doctor judges the launch the user will run (issue 34): their flags, their checkpoint's
+quantization, EAGLE-3 only when they use it, their GPU. Real release trees from the cached
+wheels; a stand-in Hugging Face cache holding our own config fixtures (`fixtures/configs/`); a
+stand-in `nvidia-smi` on PATH, as `test_launch_gpu.py` has.
+
+The issue's users: (a) an RTX PRO 6000 on 0.5.9 with Kimi K2.5, EAGLE-3 and symmetric memory;
+(b) GPT-OSS (MXFP4) on 0.5.23; (c) Gemma 2 on 0.5.23 without speculative decoding, then with it;
+(d) a launch option the release does not know.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from sglpatch import catalogue
+from sglpatch.cli import app
+from sglpatch.errors import ExitCode
+from tests.support import wheels
+from tests.support.releases import NEWEST, SEED
+
+pytestmark = pytest.mark.wheel
+
+CONFIGS = Path(__file__).resolve().parents[2] / "fixtures" / "configs"
+KIMI, KIMI_PATCH = "KimiK25ForConditionalGeneration", "kimi-k25-eagle3-interface"
+GEMMA = "Gemma2ForCausalLM"
+SYMM_MEM = "sm120-symm-mem-sizes"
+CATALOG = {p.id: p for p in catalogue.load()}
+# The patches for NVFP4 (ModelOpt FP4) checkpoints: none is on an MXFP4 checkpoint's path.
+NVFP4 = {i for i, p in CATALOG.items() if p.concerns.quantization == ("modelopt_fp4",)}
+LAUNCH = ("python", "-m", "sglang.launch_server")
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("doctor-launch")
+    return {r: wheels.full_tree(r, folder / r) for r in (SEED, NEWEST)}
+
+
+def cached(cache: Path, repo_id: str, config: dict[str, Any]) -> None:
+    """`repo_id`'s config.json in `cache`, laid out as huggingface_hub lays it out."""
+    snapshot = cache / f"models--{repo_id.replace('/', '--')}" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps(config))
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("0123abc")
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stand-in Hugging Face cache holding the users' checkpoints' config.json."""
+    cache = tmp_path / "hub"
+    for repo_id, fixture in (
+        ("moonshotai/Kimi-K2.5", "kimi-k2.5"),
+        ("openai/gpt-oss-120b", "gpt-oss-120b"),
+        ("google/gemma-2-9b", "gemma-2-9b"),
+    ):
+        cached(cache, repo_id, json.loads((CONFIGS / f"{fixture}.json").read_text()))
+    # an EAGLE-3 draft's config.json names its draft class (lightseekorg/kimi-k2.5-eagle3)
+    cached(cache, "lightseekorg/kimi-k2.5-eagle3", {"architectures": ["LlamaForCausalLMEagle3"]})
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *capabilities: str) -> None:
+    """A stand-in `nvidia-smi` first on PATH, answering doctor's query with `capabilities`."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    script = folder / "nvidia-smi"
+    lines = "".join(f"echo {c}\n" for c in capabilities)
+    script.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" != --query-gpu=compute_cap ] || [ "$2" != --format=csv,noheader ]; then '
+        "exit 2; fi\n" + lines
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{folder}:{Path('/usr/bin')}:{Path('/bin')}")
+
+
+def doctor(site: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    result = CliRunner().invoke(app, ["doctor", "--target", str(site), "--json", *args])
+    assert result.exit_code in (0, ExitCode.GAPS), result.output
+    return result.exit_code, json.loads(result.stdout)
+
+
+def text(site: Path, *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, ["doctor", "--target", str(site), *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def sources(rows: list[dict[str, Any]]) -> set[str]:
+    return {row["source"] for row in rows}
+
+
+def test_a_rtx_pro_6000_on_0_5_9_kimi_eagle3_symm_mem(
+    trees: dict[str, Path], hub: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seed's user: nvidia-smi says 12.0; the whole command given, stripped; symmetric
+    memory and Kimi's EAGLE-3 methods block; only 12.0 is judged."""
+    nvidia_smi(tmp_path, monkeypatch, "12.0", "12.0")
+    launch = [*LAUNCH, "--model-path", "moonshotai/Kimi-K2.5", "--tp", "2"]
+    launch += ["--speculative-algorithm", "EAGLE3", "--enable-torch-symm-mem"]
+    code, report = doctor(trees[SEED], "--", *launch)
+    assert code == ExitCode.GAPS
+    assert report["verdict"].startswith(f"capability 12 + EAGLE-3 on {KIMI} (SGLang {SEED}): ")
+    blockers = {row["source"]: row for row in report["blockers"]}
+    assert SYMM_MEM in blockers and blockers[SYMM_MEM]["when"] == "with --enable-torch-symm-mem"
+    assert blockers[KIMI]["fixed_by"] == KIMI_PATCH
+    assert report["gpu"] == {
+        "capabilities": ["12.0"],
+        "from": "nvidia-smi",
+        "present": ["12.0"],
+        "note": "",
+    }
+    assert report["capabilities"] == ["12.0"]
+    assert report["quantization"] == "compressed-tensors"
+    assert report["launch"]["model_path"] == "moonshotai/Kimi-K2.5"
+    flags = report["launch"]["flags"]
+    assert flags["--enable-torch-symm-mem"] is True and flags["--speculative-algorithm"] == "EAGLE3"
+    assert 2 in flags.values()  # --tp 2, under the release's own spelling of --tp-size
+    code, shown, _ = text(trees[SEED], "--", *launch)
+    assert "  GPU: 12.0 (from nvidia-smi)" in shown.splitlines()
+    assert "where 12.0 gets what does not run there" in shown  # the suspects: 12.0 alone
+    # The same launch without the flag: the symmetric-memory patch is listed apart.
+    launch.remove("--enable-torch-symm-mem")
+    _, without = doctor(trees[SEED], "--", *launch)
+    assert SYMM_MEM not in sources(without["blockers"]) and SYMM_MEM in sources(without["opt_in"])
+
+
+def test_b_gpt_oss_mxfp4_on_0_5_23_is_no_nvfp4_user(trees: dict[str, Path], hub: Path) -> None:
+    """GPT-OSS is MXFP4: the NVFP4 patches are not its blockers (they were while its
+    quantization was not read: then they block "if the checkpoint is modelopt_fp4")."""
+    by_name = doctor(trees[NEWEST], "--model", "GptOssForCausalLM")[1]
+    blocking = NVFP4 & sources(by_name["blockers"])
+    assert blocking, "with the quantization unknown, no NVFP4 patch blocks: the test proves nothing"
+    for launch in (["--model-path", "openai/gpt-oss-120b"], [*LAUNCH, "--model-path", "openai/gpt-oss-120b"]):  # fmt: skip
+        report = doctor(trees[NEWEST], "--", *launch)[1]
+        assert report["quantization"] == "mxfp4"
+        assert report["quantization_from"] == "from config.json's quantization_config"
+        assert not NVFP4 & sources(report["blockers"])
+        assert set(report["not_for_this_model"]) >= blocking
+    by_id = doctor(trees[NEWEST], "--model", "openai/gpt-oss-120b")[1]  # no launch: the same
+    assert by_id["quantization"] == "mxfp4" and by_id["blockers"] == report["blockers"]
+    _, shown, _ = text(trees[NEWEST], "--model", "openai/gpt-oss-120b")
+    assert "  quantization: mxfp4 (from config.json's quantization_config)" in shown.splitlines()
+    # The launch's --quantization overrides the checkpoint's.
+    launch = ["--model-path", "openai/gpt-oss-120b", "--quantization", "modelopt_fp4"]
+    overridden = doctor(trees[NEWEST], "--", *launch)[1]
+    assert overridden["quantization"] == "modelopt_fp4"
+    assert overridden["quantization_from"] == "from the launch's --quantization"
+
+
+def test_c_gemma2_eagle3_only_when_the_launch_uses_it(trees: dict[str, Path], hub: Path) -> None:
+    plain = ["--model-path", "google/gemma-2-9b"]
+    code, report = doctor(trees[NEWEST], "--", *plain)
+    missing = report["eagle3"]["models"][GEMMA]["missing"]
+    assert missing, "Gemma 2 has the EAGLE-3 methods now: pick another model without them"
+    assert GEMMA not in sources(report["blockers"]) and not report["eagle3_asked"]
+    assert report["quantization"] == "unquantized"
+    assert report["verdict"].startswith(f"capability 12 with {GEMMA} (SGLang {NEWEST}): ")
+    _, shown, _ = text(trees[NEWEST], "--", *plain)
+    assert f"EAGLE-3 on {GEMMA} (sglang/srt/models/gemma2.py): lacks" in shown
+    assert "(not asked, not counted:" in shown
+    for asked in (["--", *plain, "--speculative-algorithm", "EAGLE3"], ["--eagle3", *plain]):
+        code, report = doctor(trees[NEWEST], *asked)
+        assert code == ExitCode.GAPS and report["eagle3_asked"]
+        (row,) = [b for b in report["blockers"] if b["source"] == GEMMA]
+        assert row["what"] == f"EAGLE-3 cannot start: {GEMMA} lacks {', '.join(missing)}"
+    # EAGLE (not EAGLE3) runs the same worker, but not the EAGLE-3 layer capture it checks
+    eagle = doctor(trees[NEWEST], "--", *plain, "--speculative-algorithm", "EAGLE")[1]
+    assert GEMMA not in sources(eagle["blockers"]) and not eagle["eagle3_asked"]
+
+
+def test_d_an_unknown_launch_option_is_one_line_exit_2(trees: dict[str, Path], hub: Path) -> None:
+    launch = ["--model-path", "google/gemma-2-9b", "--no-such-flag", "1"]
+    code, out, err = text(trees[NEWEST], "--", *launch)
+    assert code == ExitCode.USAGE and out == ""
+    assert err == f"sglpatch: error: SGLang {NEWEST} has no launch option --no-such-flag\n"
+
+
+def test_a_draft_model_is_named_as_such(trees: dict[str, Path], hub: Path) -> None:
+    for release in (SEED, NEWEST):
+        _, shown, _ = text(trees[release], "--model", "lightseekorg/kimi-k2.5-eagle3", "--eagle3")
+        assert (
+            "EAGLE-3: LlamaForCausalLMEagle3 is an EAGLE-3 draft model; check its target" in shown
+        )
+        assert "Pass --model" not in shown
+        report = doctor(trees[release], "--model", "lightseekorg/kimi-k2.5-eagle3")[1]
+        assert report["draft"] == "LlamaForCausalLMEagle3"
+
+
+def test_the_model_is_named_once(trees: dict[str, Path], hub: Path) -> None:
+    launch = ["--", "--model-path", "google/gemma-2-9b"]
+    for doctors in (["--model-path", "google/gemma-2-9b"], ["--model", GEMMA]):
+        code, out, err = text(trees[NEWEST], *doctors, *launch)
+        assert code == ExitCode.USAGE and out == "" and len(err.splitlines()) == 1
+        assert "the launch names the model (--model-path google/gemma-2-9b)" in err
+
+
+def test_capability_overrides_nvidia_smi_and_a_gpu_not_12_is_said(
+    trees: dict[str, Path], hub: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nvidia_smi(tmp_path, monkeypatch, "9.0")
+    report = doctor(trees[NEWEST], "--model", GEMMA)[1]
+    assert report["gpu"]["from"] is None and report["capabilities"] == ["12.0", "12.1"]
+    assert report["gpu"]["present"] == ["9.0"]
+    _, shown, _ = text(trees[NEWEST], "--model", GEMMA)
+    assert "  GPU: no capability-12 GPU here (9.0 from nvidia-smi): judged for 12.0 and 12.1" in (
+        shown.splitlines()
+    )
+    chosen = doctor(trees[NEWEST], "--model", GEMMA, "--capability", "12.1")[1]
+    assert chosen["gpu"]["from"] == "--capability" and chosen["capabilities"] == ["12.1"]
+    _, shown, _ = text(trees[NEWEST], "--model", GEMMA, "--capability", "12.1")
+    assert "  GPU: 12.1 (from --capability)" in shown.splitlines()
+
+
+def test_without_nvidia_smi_both_parts_and_no_gpu_line(
+    trees: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    git = shutil.which("git")
+    assert git is not None
+    (tmp_path / "git").symlink_to(git)  # doctor's scanner runs git grep
+    monkeypatch.setenv("PATH", str(tmp_path))  # git alone: no nvidia-smi
+    report = doctor(trees[NEWEST], "--model", GEMMA)[1]
+    assert report["gpu"] == {
+        "capabilities": ["12.0", "12.1"],
+        "from": None,
+        "present": [],
+        "note": "",
+    }
+    assert report["launch"] is None and report["quantization"] is None
