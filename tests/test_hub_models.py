@@ -291,7 +291,7 @@ def doctor(tree: Path, *args: str) -> tuple[int, str, str]:
 @pytest.mark.wheel
 def test_doctor_reads_the_model_from_the_hub_cache(tree_059: Path, cache: Path) -> None:
     cache_model(cache, KIMI_ID, kimi())
-    code, out, err = doctor(tree_059, "--json", "--model", KIMI_ID)
+    code, out, err = doctor(tree_059, "--json", "--model", KIMI_ID, "--eagle3")
     assert code == ExitCode.GAPS, err
     report = json.loads(out)
     assert report["model"] == KIMI
@@ -301,7 +301,7 @@ def test_doctor_reads_the_model_from_the_hub_cache(tree_059: Path, cache: Path) 
     assert report["verdict"].startswith(f"capability 12 + EAGLE-3 on {KIMI} (SGLang {SEED}): ")
     (missing,) = [b for b in report["blockers"] if b["source"] == KIMI]
     assert "get_embed_and_head" in missing["what"]
-    code, by_path, err = doctor(tree_059, "--json", "--model-path", KIMI_ID)
+    code, by_path, err = doctor(tree_059, "--json", "--model-path", KIMI_ID, "--eagle3")
     assert code == ExitCode.GAPS, err
     assert json.loads(by_path)["model"] == KIMI
     assert json.loads(by_path)["blockers"] == report["blockers"]
