@@ -20,7 +20,8 @@ REAL_HOME = Path.home()
 def _isolate_the_session() -> Path:
     """Module- and session-scoped fixtures run before the autouse `isolated`: move HOME, the
     XDG state and config folders and git's config away from the user's for the whole run, so
-    nothing a test does reaches `~/.local/state/sglpatch` (pip keeps the user's cache)."""
+    nothing a test does reaches `~/.local/state/sglpatch` (pip keeps the user's cache); and
+    no real GPU answers doctor."""
     import tempfile
 
     home = Path(tempfile.mkdtemp(prefix="sglpatch-tests-home-"))
@@ -33,6 +34,13 @@ def _isolate_the_session() -> Path:
         GIT_CONFIG_NOSYSTEM="1",
     )
     os.environ.pop("SGLPATCH_LEDGER", None)
+    # doctor asks nvidia-smi which GPUs are present (without --capability): here no GPU answers,
+    # on any machine, as on one without nvidia-smi. Tests of the question put theirs first.
+    stand_ins = home / "bin"
+    stand_ins.mkdir()
+    (stand_ins / "nvidia-smi").write_text("#!/bin/sh\nexit 9\n")
+    (stand_ins / "nvidia-smi").chmod(0o755)
+    os.environ["PATH"] = f"{stand_ins}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
     return home
 
 
