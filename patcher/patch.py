@@ -183,6 +183,9 @@ class Patch(ABC, metaclass=_Declared):
                          file's statements around them (`elision`). None: the whole file. The
                          matrix test runs each such patch both ways on every release and
                          compares the outcomes and the bytes
+      applied_with       ids of the patches that are the other halves of one change (each in
+                         its own file): `--only`, `--skip` and `--interactive` must choose them
+                         together where they have a file
     and implement `transform` and `postcondition`. `target_file` reads `files`; a patch whose
     file is not a table of releases overrides `target_file` instead.
     """
@@ -197,6 +200,7 @@ class Patch(ABC, metaclass=_Declared):
     effect: ClassVar[Effect | ByRelease[Effect]] = Effect.RUN
     unreached_on_12: ClassVar[tuple[str, ...]] = ()
     reads: ClassVar[tuple[str, ...] | ByRelease[tuple[str, ...]] | None] = None
+    applied_with: ClassVar[tuple[str, ...]] = ()
     # Where the catalogue found the patch ("built-in", a plugin's name or a folder); set on load.
     origin: str = "built-in"
 

@@ -162,3 +162,4 @@ class Preview(NamedTuple):
     description: str
     outcome: Outcome
     diff: str
+    applied_with: tuple[str, ...] = ()  # the other halves of its change: one answer for all

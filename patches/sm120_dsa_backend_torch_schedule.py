@@ -22,7 +22,8 @@ DeepGEMM under 8.9 / 9.0 / 10.0, ROCm, and on 12 with the variable 0. The rest o
 12 is `sm120-dsa-backends` (TileLang) and `sm120-dsa-tilelang-shape`; what that docstring and the
 indexer's leave unjudged stays so.
 
-Delete when: the oldest release supported is 0.5.22, or DeepGEMM ships SM120 MQA-logits kernels.
+Delete when: the oldest release supported is 0.5.22, or the DeepGEMM these releases pin has SM120
+MQA-logits kernels (upstream DeepGEMM has them since PR #324).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Sm120DsaBackendTorchSchedule(Sm120DsaIndexerTorchLogits):
         "fails with 'Unsupported architecture' at the first decode batch"
     )
     files = TARGET
+    applied_with = ("sm120-dsa-indexer-torch-logits",)
     # To 0.5.12 the methods import DeepGEMM themselves: the whole backend class is read.
     reads = ByRelease(
         {

@@ -13,7 +13,8 @@ releases install have SM90 and SM100 kernels only: on an RTX PRO 6000, RTX 5090 
 forward dies with "Unsupported architecture" (sglang issues #26087, GLM-5.1 on 0.5.12, and
 #23657; DeepGEMM issues #236 and #317). None of these releases has another path on CUDA (their
 paged-logits backend choice offers `deepgemm` and SM100's `cutedsl`; `sgl_kernel`'s logits are
-XPU's). 0.5.22 added a torch path behind `SGLANG_FP8_PAGED_MQA_LOGITS_TORCH`, which
+XPU's). 0.5.22's DSA indexer has a torch path behind `SGLANG_FP8_PAGED_MQA_LOGITS_TORCH` (an
+`EnvBool` since 0.5.12, read before by DeepSeek-V4's indexer alone), which
 `sm120-dsa-indexer-fallback` takes on 12; the public GLM-5.3-Flash image for RTX PRO 6000
 (0xSero/glm-5.3-flash-sglang-sm120) sets that variable by hand, and sglang PR #29586 (open)
 proposes the same selection for GLM-5.2.
@@ -28,15 +29,16 @@ reach the real module, as before. It decides once, at the first of those names a
 indexer's constructor), so nothing is read at import. The DSA backend's own schedule calls are
 `sm120-dsa-backend-torch-schedule`, the same object in `nsa_backend.py` / `dsa_backend.py`.
 
-The torch code is ours, written from DeepGEMM's semantics (its README and the reference functions
-of its `tests/test_attention.py`): logits[m, n] = sum over heads of weights[m, h] * relu(q[m, h] .
+The torch code is ours, written from DeepGEMM's semantics (its README and the reference functions of
+its `tests/test_attention.py`): logits[m, n] = sum over heads of weights[m, h] * relu(q[m, h] .
 k[n]) * k_scale[n], in float32 (FP8 products are exact there), for the keys a row sees (ks <= n <
 ke; paged: n <= context - next_n + j, or n < context for two-dimensional lengths); elsewhere -inf
-with `clean_logits`, else 0 (every call site passes False; 0.5.22's torch path writes 0). The
-paged cache is DeepGEMM's: per 64-token block, 64 rows of 128 FP8 bytes, then 64 float32 scales.
-Rows are strided to multiples of 4 (ragged) and 256 (paged) elements as DeepGEMM's own outputs,
-which the top-k kernels expect. The schedule metadata is DeepGEMM's, read by its kernel alone:
-the torch path returns zeros of its shape. No host synchronisation, so CUDA graphs capture it.
+with `clean_logits`, else 0 (every call site passes False; 0.5.22's torch path writes 0). The paged
+cache is DeepGEMM's: per 64-token block, 64 rows of 128 FP8 bytes, then 64 float32 scales. Rows are
+strided to multiples of 4 (ragged) and 256 (paged) elements, which the top-k kernels expect
+(DeepGEMM's own ragged rows are wider; no caller reads past a row's keys). The schedule metadata is
+DeepGEMM's, read by its kernel alone: the torch path returns zeros of its shape. No host
+synchronisation, so CUDA graphs capture it.
 
 Proven (tests/patches/test_sm120_dsa_indexer_torch_logits.py): on every release 0.5.9 - 0.5.21
 each call site of the real tree reaches the torch code under stand-in 12.0 / 12.1 and DeepGEMM's
@@ -53,12 +55,16 @@ Not judged on 12: the rest of the indexer's path (TileLang's `act_quant`, the in
 the top-k kernels), DeepGEMM's SM-count bookkeeping around it (`configure_deep_gemm_num_sms`, no
 kernel; DeepGEMM must still import, as the release requires), the opt-in DSA K-pool
 (`dsa_indexer_kpool.py`, 0.5.20+, DeepGEMM's on 12 as on 0.5.22+) and DeepSeek-V4's indexer; the
-torch code has not run on a capability-12 GPU, and is slower than a kernel (decode gathers each
-sequence's pages into float32, and prefill scores one head at a time: up to 1 GiB of
-temporaries a slice of rows, beside the logits the release budgets memory for).
+torch code has not run on a capability-12 GPU, and is slower than a kernel. Prefill scores one head
+at a time, every temporary (the masks included) one slice of rows of at most 1 GiB, beside the
+logits the release budgets memory for. Decode gathers into float32 every page of the block table,
+whose width is the longest context the backend was sized for (under CUDA graphs, the model's context
+length), not each request's: its cost per step grows with that length, as 0.5.22's own torch path
+does.
 
 Delete when: the oldest release supported is 0.5.22 (its own torch path, taken on 12 by
-`sm120-dsa-indexer-fallback`), or DeepGEMM ships SM120 MQA-logits kernels.
+`sm120-dsa-indexer-fallback`), or the DeepGEMM these releases pin has SM120 MQA-logits kernels
+(upstream DeepGEMM has them since PR #324).
 """
 
 from __future__ import annotations
@@ -160,20 +166,23 @@ class {SHIM}:
         keys = kv[0].reshape(kv[0].shape[0], -1).float().t()
         rows, n = q.shape[0], keys.shape[1]
         logits = torch.zeros(rows, -(-n // 4) * 4, dtype=torch.float32, device=q.device)[:, :n]
+        scales, positions = kv[1].reshape(1, n).float(), torch.arange(n, device=q.device)
+        fill = float("-inf") if clean_logits else 0.0
         step = max(1, cls.CHUNK_BYTES // (8 * max(n, 1)))
-        for start in range(0, rows, step):
+        for start in range(0, rows, step):  # every temporary is one slice of rows
             part, out = q[start : start + step].float(), logits[start : start + step]
             w = weights[start : start + step].float()
             for h in range(q.shape[1]):
                 out.addcmul_((part[:, h] @ keys).relu_(), w[:, h : h + 1])
-        logits.mul_(kv[1].reshape(1, n).float())
-        positions = torch.arange(n, device=q.device)
-        valid = (positions >= ks.reshape(-1, 1)) & (positions < ke.reshape(-1, 1))
-        return logits.masked_fill_(~valid, float("-inf") if clean_logits else 0.0)
+            out.mul_(scales)
+            low = ks[start : start + step].reshape(-1, 1)
+            high = ke[start : start + step].reshape(-1, 1)
+            out.masked_fill_((positions < low) | (positions >= high), fill)
+        return logits
 
     @classmethod
     def torch_fp8_paged_mqa_logits(
-        cls, q, kv_cache, weights, context_lens, block_table, schedule, max_len, clean_logits=True
+        cls, q, kv_cache, weights, context_lens, block_table, schedule, max_len, clean_logits=False
     ):
         # q [B, next_n, H, D]; kv_cache [blocks, block_kv, 1, D + 4] bytes: a block's block_kv
         # rows of D FP8 values, then their float32 scales; weights [B * next_n, H];
@@ -187,7 +196,7 @@ class {SHIM}:
         padded = -(-max_len // 256) * 256
         logits = torch.zeros(batch * next_n, padded, dtype=torch.float32, device=q.device)
         logits = logits[:, :max_len]
-        keep = min(width, max_len)
+        keep, positions = min(width, max_len), torch.arange(max_len, device=q.device)
         step = max(1, cls.CHUNK_BYTES // (4 * width * (2 * dim + 3 * next_n * heads) + 1))
         for start in range(0, batch, step):
             stop = min(start + step, batch)
@@ -200,9 +209,11 @@ class {SHIM}:
             w = weights[start * next_n : stop * next_n].float()
             part = (scores * w.reshape(stop - start, 1, next_n, heads)).sum(-1).transpose(1, 2)
             part = part * scales.reshape(stop - start, 1, width)
-            logits[start * next_n : stop * next_n, :keep] = part.reshape(-1, width)[:, :keep]
-        valid = torch.arange(max_len, device=q.device) < lens
-        return logits.masked_fill_(~valid, float("-inf") if clean_logits else 0.0)
+            rows = logits[start * next_n : stop * next_n]
+            rows[:, :keep] = part.reshape(-1, width)[:, :keep]
+            unseen = positions >= lens[start * next_n : stop * next_n]
+            rows.masked_fill_(unseen, float("-inf") if clean_logits else 0.0)
+        return logits
 '''
 
 
@@ -291,6 +302,9 @@ class Sm120DsaIndexerTorchLogits(Patch):
     tested = TESTED
     files = TARGET
     concerns = Concerns(architectures=DSA_ARCHITECTURES)
+    # Without its other half the backend's schedule would come from DeepGEMM, and with it alone
+    # a DeepGEMM kernel would be handed the shim's empty schedule.
+    applied_with = ("sm120-dsa-backend-torch-schedule",)
     # The indexer imports DeepGEMM at module level only (its test checks every call site reads
     # that global); every def and class but the shim is left unparsed.
     reads: ClassVar[tuple[str, ...] | ByRelease[tuple[str, ...]] | None] = (SHIM,)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sglpatch import api
+from sglpatch import api, catalogue
 from sglpatch.cli import app
 from sglpatch.errors import ExitCode
 from tests.support.releases import SEED
@@ -28,6 +28,9 @@ TWO_SHOT = "sglang/srt/distributed/device_communicators/torch_symm_mem.py"
 # release are never offered, and keep that state whatever the answers.
 ROWS = api.list_patches(SEED)
 OFFERED = [row.id for row in ROWS if row.outlook == "applies"]
+# What is asked: a half of a change whose other half was asked earlier takes that answer.
+HALVES = {p.id: p.applied_with for p in catalogue.load()}
+ASKED = [i for n, i in enumerate(OFFERED) if not set(HALVES[i]) & set(OFFERED[:n])]
 OTHERS = {row.id: str(row.effect) for row in ROWS if row.id not in OFFERED}
 
 
@@ -37,7 +40,7 @@ def states(site: Path) -> dict[str, str]:
 
 def answers(default: str, **chosen: str) -> str:
     """One answer per offered patch: `chosen` by id (underscores for dashes), else `default`."""
-    return "".join(f"{chosen.get(i.replace('-', '_'), default)}\n" for i in OFFERED)
+    return "".join(f"{chosen.get(i.replace('-', '_'), default)}\n" for i in ASKED)
 
 
 def test_yes_no_yes(runner: CliRunner, site_059: Path) -> None:
@@ -118,11 +121,12 @@ def test_ctrl_c_at_a_prompt_aborts_with_nothing_written(site_059: Path) -> None:
 
 
 def test_interactive_json_keeps_stdout_one_object(runner: CliRunner, site_059: Path) -> None:
-    chosen = {OFFERED[0], OFFERED[2]}  # yes, no, yes, then no to the rest
+    singles = [i for i in ASKED if not HALVES[i]]
+    chosen = {singles[0], singles[2]}  # yes, no, yes, then no to the rest
     result = runner.invoke(
         app,
         ["apply", "-i", "--json", "--target", str(site_059)],
-        input="".join("y\n" if i in chosen else "n\n" for i in OFFERED),
+        input="".join("y\n" if i in chosen else "n\n" for i in ASKED),
     )
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)  # prompts and diffs went to stderr
@@ -132,6 +136,23 @@ def test_interactive_json_keeps_stdout_one_object(runner: CliRunner, site_059: P
     result = runner.invoke(
         app,
         ["apply", "-i", "--json", "--target", str(site_059)],
-        input="n\n" * (len(OFFERED) - len(chosen)),
+        input="n\n" * (len(ASKED) - len(chosen)),
     )
     assert json.loads(result.stdout)["written"] is False
+
+
+def test_one_answer_takes_both_halves_of_a_change(runner: CliRunner, site_059: Path) -> None:
+    """The DSA indexer's torch logits and the backend's schedule are one change in two files:
+    the first asked takes the answer for both, and the second says so instead of asking."""
+    first = "sm120-dsa-backend-torch-schedule"
+    (second,) = HALVES[first]
+    assert first in ASKED and second not in ASKED
+    result = runner.invoke(
+        app,
+        ["apply", "-i", "--target", str(site_059)],
+        input=answers("n", **{first.replace("-", "_"): "y"}),
+    )
+    assert result.exit_code == 0, result.stderr
+    assert f"{second}: " in result.stdout and f"(chosen with {first})" in result.stdout
+    applied = {i for i, state in states(site_059).items() if state == "applied"}
+    assert applied == {first, second}

@@ -213,3 +213,28 @@ def test_list_outside_the_tested_releases_refuses_all(runner: CliRunner) -> None
     assert code == 0 and "refused: untested on this release" in out
     listing = json.loads(invoke(runner, "list", "--release", "0.9.0", "--json")[1])
     assert {p["effect"] for p in listing["patches"]} == {"refused"}
+
+
+def test_halves_of_one_change_are_chosen_together(runner: CliRunner, site_059: Path) -> None:
+    """The DSA indexer's torch logits and the backend's schedule are one change in two files:
+    `--only` or `--skip` of one alone is refused in one line, and nothing is written."""
+    pristine = {p: p.read_bytes() for p in site_059.rglob("*.py")}
+    for args in (
+        ["--only", "sm120-dsa-indexer-torch-logits"],
+        ["--skip", "sm120-dsa-backend-torch-schedule"],
+    ):
+        result = runner.invoke(app, ["apply", "--target", str(site_059), *args])
+        assert result.exit_code == ExitCode.USAGE, result.output
+        assert "are one change in two files: choose both or neither" in result.output
+    assert {p: p.read_bytes() for p in site_059.rglob("*.py")} == pristine
+    both = "sm120-dsa-indexer-torch-logits,sm120-dsa-backend-torch-schedule"
+    assert runner.invoke(app, ["apply", "--target", str(site_059), "--only", both]).exit_code == 0
+
+
+def test_every_half_names_a_patch_that_names_it_back() -> None:
+    from sglpatch import catalogue
+
+    patches = {p.id: p for p in catalogue.load()}
+    for patch in patches.values():
+        for other in patch.applied_with:
+            assert patch.id in patches[other].applied_with, (patch.id, other)

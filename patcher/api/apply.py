@@ -108,5 +108,6 @@ def preview(
     for patch in patches:
         plan = engine.plan(target, [patch], release, ours)
         text = "".join(diff.unified(c.path, c.before, c.after) for c in plan.changes)
-        previews.append(Preview(patch.id, patch.description, plan.outcomes[0], text))
+        outcome = plan.outcomes[0]
+        previews.append(Preview(patch.id, patch.description, outcome, text, patch.applied_with))
     return previews

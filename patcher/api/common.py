@@ -43,12 +43,26 @@ def patches_for(
             f"known: {', '.join(sorted(known))}"
         )
     chosen = [p for p in patches if (only is None or p.id in only) and p.id not in skip]
+    _refuse_halves(release, chosen, [p for p in patches if p not in chosen])
     left_out = tuple(p.id for p in patches if p not in chosen)
     patches = chosen
     untested = tuple(p.id for p in patches if not p.is_tested(release))
     if untested and not force:
         raise RefusedError(untested_refusal(release, [p for p in patches if p.id in untested]))
     return patches, untested, left_out
+
+
+def _refuse_halves(release: Version, chosen: list[Patch], left: list[Patch]) -> None:
+    """One half of a change made in two files, without its other half, could run wrong (the
+    DSA indexer's torch logits with DeepGEMM's schedule left out): refuse, in one line."""
+    left_ids = {p.id: p for p in left}
+    for patch in chosen:
+        for other in patch.applied_with:
+            half = left_ids.get(other)
+            if half is not None and half.target_file(release) is not None:
+                raise UsageError(
+                    f"{patch.id} and {other} are one change in two files: choose both or neither"
+                )
 
 
 def untested_refusal(release: Version, untested: list[Patch]) -> str:

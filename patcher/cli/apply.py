@@ -194,22 +194,33 @@ def _choose(previews: list[api.Preview], err: bool = False) -> list[str]:
     input aborts the whole apply: nothing chosen so far is written.
     """
     chosen: list[str] = []
+    answered: dict[str, tuple[str, str]] = {}  # a half of a change: the answer its other half got
     for preview in previews:
         if preview.outcome.state != "applied":
             patch_row(preview.outcome.state, preview.id, describe(preview.outcome), err=err)
+            continue
+        if preview.id in answered:
+            given, half = answered[preview.id]
+            verdict = "chosen" if given == "y" else "left out"
+            typer.echo(f"\n{preview.id}: {preview.description} ({verdict} with {half})", err=err)
+            if given == "y":
+                chosen.append(preview.id)
             continue
         typer.echo(f"\n{preview.id}: {preview.description}", err=err)
         typer.echo(coloured_diff(preview.diff), nl=False, color=colour() and not err, err=err)
         answer = _ask(f"Apply {preview.id} [y,n,q,?]")
         while answer not in ("y", "n", "q"):
             typer.echo(
-                "y: apply this patch; n: skip it; q: quit, applying what was chosen", err=True
+                "y: apply this patch; n: skip it (either way with the other halves of its change); "
+                "q: quit, applying what was chosen",
+                err=True,
             )
             answer = _ask(f"Apply {preview.id} [y,n,q,?]")
         if answer == "q":
             break
         if answer == "y":
             chosen.append(preview.id)
+        answered.update((half, (answer, preview.id)) for half in preview.applied_with)
     return chosen
 
 
