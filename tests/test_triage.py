@@ -30,6 +30,7 @@ FIRST, LAST = "0.5.8.post1", UPGRADE
 
 
 triage = importlib.import_module("scripts.sm120_triage")
+triage_diff = importlib.import_module("scripts.triage.diff")  # where the wheels are read
 
 
 def _table(text: str) -> list[list[str]]:
@@ -238,7 +239,7 @@ OLD_GATE, NEW_GATE = (("\n" * 8 + "def ").join(t.split("\n\n\ndef ")) for t in (
 def _fake_releases(monkeypatch: pytest.MonkeyPatch, old: str, new: str) -> None:
     files = {"0.5.23": old, "0.5.24": new}
     monkeypatch.setattr(
-        triage, "_sources", lambda release: {"sglang/srt/x.py": files[release].encode()}
+        triage_diff, "_sources", lambda release: {"sglang/srt/x.py": files[release].encode()}
     )
 
 
