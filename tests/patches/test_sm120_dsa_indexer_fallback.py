@@ -24,7 +24,7 @@ from sglpatch.patches.sm120_dsa_indexer_fallback import TARGET, Sm120DsaIndexerF
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import syntax, wheels
 from tests.support.matrix import MatrixHooks
-from tests.support.stand_ins_gemm import _env_defaults_cached
+from tests.support.stand_in_machine import env_defaults
 
 pytestmark = pytest.mark.wheel
 
@@ -125,7 +125,7 @@ def choice(
     torch = _torch(capability, hip)
     with mock.patch.object(stand_ins, "stand_in_torch", lambda c, cuda="12.8": torch):
         is_cuda = stand_ins.device_predicates(release, capability)["is_cuda"]
-    default = _env_defaults_cached(release)[VARIABLE]
+    default = env_defaults(release)[VARIABLE]
     assert default is False  # EnvBool(False): the torch path is opt-in upstream
     names: dict[str, Any] = {
         "torch": torch,
