@@ -16,11 +16,8 @@ with the CUDA compiler (nvidia-cuda-nvcc) for sm_120, from either TileLang's low
 
 from __future__ import annotations
 
-import math
-import random
 import types
-from collections.abc import Mapping, Sequence
-from functools import cache
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import pytest
@@ -30,9 +27,7 @@ from sglpatch import engine
 from sglpatch.patch import ByRelease
 from sglpatch.patches.sm120_dsa_tilelang_shape import (
     HEADS_PER_LAUNCH,
-    HELPER,
     SHAPE,
-    TARGET,
     V1,
     Sm120DsaTilelangShape,
 )
@@ -40,12 +35,21 @@ from sglpatch.results import Failed
 from tests.support import stand_ins_moe as stand_ins
 from tests.support import wheels
 from tests.support.matrix import MatrixHooks
+from tests.support.stand_ins_tilelang import (
+    D_V,
+    TAIL,
+    V2,
+    cat,
+    inputs,
+    kernel_path,
+    run,
+    sparse_attention,
+)
 
 pytestmark = pytest.mark.wheel
 
 PATCH = Sm120DsaTilelangShape()
 FIRST = Version("0.5.9")
-V2 = "sparse_attention_fwd_kernel_v2"
 SMEM_12 = 101376
 SMALL = tuple(sorted(SHAPE.items()))
 # (kernel, shape, heads per launch, RoPE tail) -> bytes, TileLang 0.1.12, sm_120, 0.5.22. The
@@ -123,145 +127,6 @@ def _figures(release: Version) -> Figures:
 # Query heads per attention rank: GLM-5.3-Flash (64 heads) at TP 8, 4, 2, 1; DeepSeek-V3.2 and
 # GLM-5 (128) at TP 8, 4, 2, 1; and one that is no multiple of 32.
 HEADS = [8, 16, 32, 48, 64, 128]
-# The runs use a small latent (4 + a 2-wide RoPE tail) so that plain Python stays fast; the
-# figures are for the models' 512 + 64. A tail_dim of 0 is GLM-5.3-Flash's (0.5.20+: v1).
-D_V, TAIL = 4, 2
-
-
-def _path(release: str) -> str:
-    target = TARGET.get(Version(release))
-    assert target is not None
-    return f"sglang/{target}"
-
-
-class _Array:
-    """A bfloat16 CUDA tensor as far as the dispatcher and the helper use one: nested lists."""
-
-    dtype = "bfloat16"
-    device = "cuda:0"
-
-    def __init__(self, data: list[Any]) -> None:
-        self.data = data
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        shape, level = [], self.data
-        while isinstance(level, list):
-            shape.append(len(level))
-            level = level[0]
-        return tuple(shape)
-
-    def dim(self) -> int:
-        return len(self.shape)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Array) and self.data == other.data
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def unsqueeze(self, axis: int) -> _Array:
-        assert axis == 0
-        return _Array([self.data])
-
-    def contiguous(self) -> _Array:
-        return self
-
-    def __getitem__(self, key: tuple[slice, ...]) -> _Array:
-        def take(data: list[Any], key: Sequence[slice]) -> list[Any]:
-            return [take(d, key[1:]) if key[1:] else d for d in data[key[0]]]
-
-        return _Array(take(self.data, key))
-
-
-def _cat(arrays: Sequence[_Array], dim: int) -> _Array:
-    """`torch.cat` of `_Array`s."""
-
-    def join(parts: Sequence[list[Any]], dim: int) -> list[Any]:
-        if dim == 0:
-            return [row for part in parts for row in part]
-        return [join(rows, dim - 1) for rows in zip(*parts, strict=True)]
-
-    return _Array(join([a.data for a in arrays], dim))
-
-
-def _sparse_attention(heads: int, sm_scale: float) -> Any:
-    """What the TileLang kernels compute, in plain Python: for each token and head, softmax of
-    q . kv over the token's selected KV rows (index -1: none), times their first D_V columns."""
-
-    def kernel(q: _Array, kv: _Array, indices: _Array) -> _Array:
-        batch, tokens, width, dim = q.shape
-        rows, group = kv.shape[1:3]
-        assert batch == 1 and group == 1 and width == heads and kv.shape[3] == dim
-        out = []
-        for t in range(tokens):
-            chosen = [kv.data[0][i][0] for i in indices.data[0][t][0] if 0 <= i < rows]
-            per_head = []
-            for h in range(heads):
-                query = q.data[0][t][h]
-                scores = [
-                    sm_scale * sum(a * b for a, b in zip(query, k, strict=True)) for k in chosen
-                ]
-                top = max(scores)
-                weights = [math.exp(s - top) for s in scores]
-                total = sum(weights)
-                per_head.append(
-                    [
-                        sum(w * k[d] for w, k in zip(weights, chosen, strict=True)) / total
-                        for d in range(D_V)
-                    ]
-                )
-            out.append(per_head)
-        return _Array([out])
-
-    return kernel
-
-
-class Run(NamedTuple):
-    """What the release's `tilelang_sparse_fwd` built and returned for one input."""
-
-    builds: list[tuple[str, tuple[tuple[str, int], ...], int]]  # (kernel, shape, heads)
-    out: _Array
-
-
-@cache
-def _inputs(heads: int, tail: int) -> tuple[_Array, _Array, _Array]:
-    """q (2 tokens), kv (16 rows), indices (2048 per token, 3 chosen, the rest -1)."""
-    rng = random.Random(heads * 100 + tail)
-    dim = D_V + tail
-    q = [[[rng.uniform(-1, 1) for _ in range(dim)] for _ in range(heads)] for _ in range(2)]
-    kv = [[[rng.uniform(-1, 1) for _ in range(dim)]] for _ in range(16)]
-    indices = [[rng.sample(range(16), 3) + [-1] * 2045] for _ in range(2)]
-    return _Array(q), _Array(kv), _Array(indices)
-
-
-def run(source: bytes, capability: tuple[int, int], heads: int, tail: int) -> Run:
-    """The release's `tilelang_sparse_fwd` (with the helper the patch adds, where it has one)
-    on bf16 q/kv on `capability`."""
-    builds: list[tuple[str, tuple[tuple[str, int], ...], int]] = []
-
-    def factory(name: str) -> Any:
-        def build(num_heads: int, d_v: int, tail_dim: int, topk: int, **kwargs: Any) -> Any:
-            assert (d_v, tail_dim, topk) == (D_V, tail, 2048)
-            shape = tuple(sorted((k, v) for k, v in kwargs.items() if k != "sm_scale"))
-            builds.append((name, shape, num_heads))
-            return _sparse_attention(num_heads, kwargs["sm_scale"])
-
-        return build
-
-    torch = stand_ins.stand_in_torch(capability)
-    torch.float8_e4m3fn, torch.float8_e4m3fnuz = "float8_e4m3fn", "float8_e4m3fnuz"  # type: ignore[attr-defined]
-    torch.cat = _cat  # type: ignore[attr-defined]
-    names: dict[str, Any] = {
-        "torch": torch,
-        "_is_hip": False,
-        "_is_gfx95_supported": False,
-        **{n: factory(n) for n in (V1, V2)},
-    }
-    if f"def {HELPER}(".encode() in source:
-        names[HELPER] = stand_ins.load_function(source, HELPER, names)
-    function = stand_ins.load_function(source, "tilelang_sparse_fwd", names)
-    out = function(*_inputs(heads, tail), 0.1, d_v=D_V)
-    return Run(builds, out)
 
 
 def _padded(heads: int) -> int:
@@ -278,7 +143,7 @@ def matrix_expected(release: Version) -> str:
 
 def matrix_symptom(release: Version, pristine: Mapping[str, bytes]) -> None:
     """Unpatched, capability 12 builds the default shape, which needs over 101376 B."""
-    source = pristine[_path(str(release))]
+    source = pristine[kernel_path(str(release))]
     for capability in stand_ins.SM120:
         ((kernel, shape, heads),) = run(source, capability, 32, TAIL).builds
         assert _bytes(release, kernel, shape, heads, TAIL) > SMEM_12
@@ -287,12 +152,12 @@ def matrix_symptom(release: Version, pristine: Mapping[str, bytes]) -> None:
 def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
     """On 12 every launch is v1 in the small shape with at most 32 heads, and fits; the output is
     the kernel's over all heads at once. Other capabilities build and get what they did."""
-    source = patched[_path(str(release))]
-    pristine = wheels.member(str(release), _path(str(release)))
+    source = patched[kernel_path(str(release))]
+    pristine = wheels.member(str(release), kernel_path(str(release)))
     tails = [0, TAIL] if release >= Version("0.5.20") else [TAIL]
     for tail in tails:
         for heads in HEADS:
-            whole = _sparse_attention(heads, 0.1)(*(a.unsqueeze(0) for a in _inputs(heads, tail)))
+            whole = sparse_attention(heads, 0.1)(*(a.unsqueeze(0) for a in inputs(heads, tail)))
             for capability in stand_ins.SM120:
                 got = run(source, capability, heads, tail)
                 assert [b[:2] for b in got.builds] == [(V1, SMALL)] * len(got.builds)
@@ -323,12 +188,14 @@ def matrix_effect(release: Version, patched: Mapping[str, bytes]) -> None:
     ],
 )
 def test_capability_12_builds_a_kernel_that_fits(release: str) -> None:
-    matrix_effect(Version(release), {_path(release): wheels.patched(release, patch=PATCH)})
+    matrix_effect(Version(release), {kernel_path(release): wheels.patched(release, patch=PATCH)})
 
 
 @pytest.mark.parametrize("release", ["0.5.9", "0.5.12", "0.5.14", "0.5.15", "0.5.16", "0.5.22"])
 def test_unpatched_capability_12_asks_for_more_than_it_has(release: str) -> None:
-    matrix_symptom(Version(release), {_path(release): wheels.member(release, _path(release))})
+    matrix_symptom(
+        Version(release), {kernel_path(release): wheels.member(release, kernel_path(release))}
+    )
 
 
 @pytest.mark.parametrize("heads", [64, 128])
@@ -342,11 +209,11 @@ def test_more_than_32_heads_in_one_launch_would_not_fit(heads: int) -> None:
 def test_the_split_is_what_makes_the_output_right() -> None:
     # The equality in matrix_effect can fail: a helper that slices the wrong axis or joins the
     # launches out of order gives another output.
-    q, kv, indices = (a.unsqueeze(0) for a in _inputs(64, TAIL))
-    whole = _sparse_attention(64, 0.1)(q, kv, indices)
-    halves = [_sparse_attention(32, 0.1)(q[:, :, h : h + 32], kv, indices) for h in (32, 0)]
-    assert _cat(halves, 2).shape == whole.shape and _cat(halves, 2).data != whole.data
-    assert _cat(halves[::-1], 2).data == whole.data
+    q, kv, indices = (a.unsqueeze(0) for a in inputs(64, TAIL))
+    whole = sparse_attention(64, 0.1)(q, kv, indices)
+    halves = [sparse_attention(32, 0.1)(q[:, :, h : h + 32], kv, indices) for h in (32, 0)]
+    assert cat(halves, 2).shape == whole.shape and cat(halves, 2).data != whole.data
+    assert cat(halves[::-1], 2).data == whole.data
 
 
 @pytest.mark.parametrize(
@@ -361,7 +228,7 @@ def test_the_split_is_what_makes_the_output_right() -> None:
 )
 def test_a_changed_helper_is_not_taken_as_applied(old: str, new: str) -> None:
     # The postcondition reads the helper: 64 heads a launch, or another shape, would not fit.
-    path = _path("0.5.22")
+    path = kernel_path("0.5.22")
     changed = wheels.patched("0.5.22", patch=PATCH).replace(old.encode(), new.encode())
     assert changed != wheels.patched("0.5.22", patch=PATCH)
     patch = Sm120DsaTilelangShape()
@@ -378,7 +245,7 @@ def _load_kernels(tmp_path: Any, release: str) -> Any:
     from unittest import mock
 
     path = tmp_path / "tilelang_kernel.py"
-    path.write_bytes(wheels.member(release, _path(release)))
+    path.write_bytes(wheels.member(release, kernel_path(release)))
     helpers = {
         "sglang.kernels.ops.quantization.fp8_kernel": {"is_fp8_fnuz": lambda: False},
         "sglang.srt.layers.quantization.fp8_kernel": {"is_fp8_fnuz": lambda: False},
