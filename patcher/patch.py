@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 # The releases tests/test_matrix.py proves the whole built-in catalogue on. A new SGLang release
-# is this one edit here (and its wheel in tests/wheels.py's list of releases).
+# is this one edit here (and its name in tests/support/releases.py's list of releases).
 OLDEST_TESTED = "0.5.3"
 NEWEST_TESTED = "0.5.23"
 

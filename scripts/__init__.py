@@ -7,6 +7,7 @@ sandbox) without anyone editing `sys.path`:
     .venv/bin/python -m scripts.sm120_triage --check
 
 Run as a file (`.venv/bin/python scripts/sm120_triage.py`, as the documents say), a script
-hands itself over to that form at once (`os.execv`, same arguments, same folder): Python puts
-the file's own folder first on `sys.path` instead, where neither package is found.
+hands itself over to that form at once (`os.execv`, same arguments, same folder, the repository
+root on `PYTHONPATH`): Python puts the file's own folder first on `sys.path` instead, where
+neither package is found.
 """

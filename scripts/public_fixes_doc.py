@@ -20,6 +20,8 @@ from collections import Counter
 from pathlib import Path
 
 if not __package__:  # run as a file: run as the module instead (scripts/__init__.py says why)
+    root = str(Path(__file__).resolve().parent.parent)  # found from any folder
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))
     os.execv(sys.executable, [sys.executable, "-m", "scripts.public_fixes_doc", *sys.argv[1:]])
 
 from scripts.generated_doc import cell

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 
 if not __package__:  # run as a file: run as the module instead (scripts/__init__.py says why)
+    root = str(Path(__file__).resolve().parent.parent)  # found from any folder
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))
     os.execv(sys.executable, [sys.executable, "-m", "scripts.sm120_census", *sys.argv[1:]])
 
 from scripts.census.cells import run

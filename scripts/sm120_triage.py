@@ -30,6 +30,8 @@ from packaging.version import InvalidVersion, Version
 from sglpatch.store.fsio import write_output  # as a shell's `>`, but whole
 
 if not __package__:  # run as a file: run as the module instead (scripts/__init__.py says why)
+    root = str(Path(__file__).resolve().parent.parent)  # found from any folder
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))
     os.execv(sys.executable, [sys.executable, "-m", "scripts.sm120_triage", *sys.argv[1:]])
 
 from scripts.triage.branches import branch_conditions

@@ -251,3 +251,17 @@ def test_a_tree_without_server_args_is_a_target_error(tmp_path: Path) -> None:
     (tmp_path / "sglang" / "srt" / "server_args.py").write_text("class ServerArgs:\n    pass\n")
     with pytest.raises(TargetError, match=r"no ServerArgs\.add_cli_args"):
         read_arguments(directory_source(tmp_path), "9.9")
+
+
+def test_joined_m_wrappers_and_a_second_dash_dash_are_said_plainly() -> None:
+    """`python3 -msglang.launch_server` is a launch, as Python takes it; a wrapper (`uv run`,
+    `nohup`) and a second `--` get a line that says what is wrong, not an option's name."""
+    options = table(SEED)
+    args = ["--model-path", "m", "--tp-size", "2"]
+    bare = parse_launch(options, args).given
+    assert parse_launch(options, ["python3", "-msglang.launch_server", *args]).given == bare
+    for wrapped in (["uv", "run", "python", "-m", "sglang.launch_server"], ["nohup", "python"]):
+        with pytest.raises(UsageError, match=r"`\w+ \.\.\.` is no launch of SGLang.*wrappers"):
+            parse_launch(options, [*wrapped, *args])
+    with pytest.raises(UsageError, match="a second `--` is not one of its options"):
+        parse_launch(options, [*args, "--", "--tp", "2"])

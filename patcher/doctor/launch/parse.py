@@ -96,9 +96,18 @@ def parse_launch(
     except argparse.ArgumentError as error:
         raise UsageError(f"SGLang {table.release}: {_one_line(str(error))}") from None
     for word in extra:
+        if word == "--":
+            raise UsageError(
+                "what follows `--` is the launch: a second `--` is not one of its options"
+            )
         if word.startswith("-"):
             name = word.split("=", 1)[0]
             raise UsageError(f"SGLang {table.release} has no launch option {name}")
+        if not extra[0].startswith("-") and word == extra[0] and rest and rest[0] == word:
+            raise UsageError(  # `uv run python ...`, `nohup python ...`, a script
+                f"`{word} ...` is no launch of SGLang: give doctor the `python -m "
+                "sglang.launch_server ...` (or `sglang serve ...`) line, without wrappers"
+            )
         raise UsageError(f"SGLang {table.release}'s launch takes no argument {word!r}")
     given = vars(namespace)
     missing = [o.flags[0] for o in table if o.required and o.dest not in given]
@@ -163,6 +172,9 @@ def _command_stripped(release: str, words: list[str], serve: ServeForm | None) -
         while index < len(words) and words[index] != "-m":
             if not words[index].startswith("-"):  # a script, not a module: not SGLang's launch
                 raise UsageError(f"`{' '.join(words[: index + 1])}` is no launch of SGLang")
+            if words[index].startswith("-m"):  # `-msglang.launch_server`, as Python takes it
+                words = [*words[:index], "-m", words[index][2:], *words[index + 1 :]]
+                break
             index += 2 if words[index] in _PYTHON_VALUED else 1  # the interpreter's options
         module = words[index + 1] if index + 1 < len(words) else ""
         if module != _MODULE:
@@ -250,7 +262,7 @@ def _keywords(option: Option) -> dict[str, Any]:
     return keywords
 
 
-def _human_int(text: str) -> int:
+def human_readable_int(text: str) -> int:
     """SGLang's `human_readable_int`: `32k`, `1M`, `1_000`."""
     cleaned = text.strip().replace("_", "")
     scale = {"k": 1000, "m": 1000**2, "g": 1000**3}.get(cleaned[-1:].lower(), 1)
@@ -266,7 +278,7 @@ _CONVERTERS: dict[str, Callable[[str], object]] = {
     "int": int,
     "float": float,
     "json": json.loads,
-    "human_readable_int": _human_int,
+    "human_readable_int": human_readable_int,
     "nullable_str": _nullable,
 }
 
