@@ -21,13 +21,6 @@ from tests.support.releases import SEED
 
 pytestmark = pytest.mark.wheel
 
-TARGETS = wheels.patch_targets(SEED)
-CHANGED = wheels.applied_targets(SEED)  # TARGETS less the files whose fix is upstream
-# The patches apply applies there (two may share a file: counted apart from CHANGED).
-APPLIES = [row.id for row in api.list_patches(SEED) if row.outlook == "applies"]
-SIZES = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
-KIMI = "sglang/srt/models/kimi_k25.py"
-
 
 def run(runner: CliRunner, *args: str) -> tuple[int, str, str]:
     result = runner.invoke(app, list(args))
