@@ -128,7 +128,7 @@ def test_an_untested_release_is_one_short_line_and_doctor_says_force(
     code, out, _ = invoke(runner, "doctor", "--target", str(past_tag))
     assert code == ExitCode.GAPS
     assert out.splitlines()[0].endswith("fixed by `sglpatch apply --force`"), out.splitlines()[0]
-    assert "Next: `sglpatch apply --force`" in out
+    assert f"\nNext:\n  sglpatch apply --force --target {past_tag}\n" in out
 
 
 def test_a_dev_checkout_without_git_on_path_is_not_an_internal_error(

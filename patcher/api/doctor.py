@@ -25,6 +25,7 @@ def diagnose(
     capability: str | None = None,
     launch: Sequence[str] | None = None,
     eagle3: bool = False,
+    apply_line: str = "sglpatch apply",
 ) -> DoctorReport:
     """Will the target run on capability-12 GPUs (with EAGLE-3 on `model`)? From its own source.
 
@@ -35,7 +36,8 @@ def diagnose(
     is a usage error unless `version` gives it: which patches the tree needs depends on it, so
     "ready" could not be known. `capability` ("12.0" or "12.1") asks about one part; None:
     the parts nvidia-smi reports, or both. `launch`: the launch's arguments (or whole command),
-    parsed with the release's own options; `eagle3`: judge EAGLE-3 without a launch.
+    parsed with the release's own options; `eagle3`: judge EAGLE-3 without a launch;
+    `apply_line`: `sglpatch apply` with the options the user gave (for `Diagnosis.next`).
     """
     capabilities = doctor.capabilities(capability) if capability is not None else None
     target = find_target(target_path, parse_release(version) if version else None)
@@ -49,5 +51,6 @@ def diagnose(
         capabilities=capabilities,
         launch=launch,
         eagle3=eagle3,
+        apply_line=apply_line,
     )
     return DoctorReport(target, found, found.kernels, found.kernels_from, found.model_from)

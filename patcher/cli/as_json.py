@@ -213,6 +213,8 @@ def doctor(report: api.DoctorReport) -> JSON:
         "not_judged": [{"file": u.file, "why": u.why} for u in found.not_judged],
         "kernels": None if report.kernels is None else [k.to_json() for k in report.kernels],
         "kernels_from": str(report.kernels_from) if report.kernels_from else None,
+        # What to run next, in order (the text's "Next:" section): [] when nothing is to do.
+        "next": [{"command": s.command, "why": s.why} for s in found.next],
     }
 
 

@@ -21,7 +21,7 @@ from sglpatch.cli.options import (
     TargetOption,
     release_asked,
 )
-from sglpatch.cli.output import emit, release_note
+from sglpatch.cli.output import emit, release_note, suggest
 from sglpatch.cli.usage import examples
 from sglpatch.errors import ExitCode
 
@@ -140,6 +140,7 @@ def doctor(
         capability=capability,
         launch=launch,
         eagle3=eagle3,
+        apply_line=suggest("apply", target=target, release=version, catalog=catalog),
     )
     if progress is not None:
         sys.stderr.write("\r\033[K")  # clear the progress line
@@ -212,13 +213,13 @@ def _print_diagnosis(report: api.DoctorReport, verbose: bool = False) -> None:
         typer.echo("\nKnown, not counted here (`sglpatch apply` cannot fix these):")
         _print_rows(found.known)
     _print_eagle3(found)
-    _print_next(report)
     _print_suspects(found, verbose)
     _print_kernels(report, verbose)
     if found.not_judged:
         typer.echo(f"\nNot judged (could not be read or parsed): {found.unread}")
         for file, why in found.not_judged:
             typer.echo(f"  {file}: {why}")
+    _print_next(found)
 
 
 def _print_rows(rows: tuple[Blocker, ...], conditions: bool = True) -> None:
@@ -271,15 +272,12 @@ def _print_eagle3(found: Diagnosis) -> None:
         )
 
 
-def _print_next(report: api.DoctorReport) -> None:
-    """What to run: apply when a listed patch is pending, then doctor again."""
-    found = report.diagnosis
-    rows = (*found.blockers, *found.opt_in)
-    if any(b.fixed_by and not b.beyond_apply for b in rows):
-        again = "sglpatch doctor" + (f" --model {found.asked}" if found.asked else "")
-        again += " --eagle3" if found.eagle3 and found.launch is None else ""
-        again = "sglpatch doctor -- <the same launch>" if found.launch is not None else again
-        typer.echo(f"\nNext: `{found.apply_command}`, then `{again}` again.")
+def _print_next(found: Diagnosis) -> None:
+    """What to run, in order (`Diagnosis.next`), each with why; nothing when nothing is to do."""
+    if found.next:
+        typer.echo("\nNext:")
+    for step in found.next:
+        typer.echo(f"  {step.command}\n      ({step.why})")
 
 
 def _print_suspects(found: Diagnosis, verbose: bool) -> None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from sglpatch.doctor.report import GpuChoice as GpuChoice
     from sglpatch.doctor.report import Launched as Launched
     from sglpatch.doctor.report import ModelReport as ModelReport
+    from sglpatch.doctor.report import Step as Step
     from sglpatch.doctor.report import Suspect as Suspect
     from sglpatch.target import Target
 
@@ -40,6 +41,7 @@ __all__ = [
     "Kind",
     "Launched",
     "ModelReport",
+    "Step",
     "Suspect",
     "capabilities",
     "diagnose",
@@ -58,6 +60,7 @@ def diagnose(
     capabilities: Sequence[str] | None = CAPABILITIES,
     launch: Sequence[str] | None = None,
     eagle3: bool = False,
+    apply_line: str = "sglpatch apply",
 ) -> Diagnosis:
     """Will `target` run on capability-12 GPUs (with EAGLE-3 on `model`)? From its own source.
 
@@ -70,7 +73,8 @@ def diagnose(
     `launch` is what the user gives `python -m sglang.launch_server` (or the whole command),
     parsed with the release's own options; its `--model-path` names the model. The model's
     missing EAGLE-3 methods are blockers only when `eagle3` or the launch's
-    `--speculative-algorithm EAGLE3` asks for EAGLE-3.
+    `--speculative-algorithm EAGLE3` asks for EAGLE-3. `apply_line` is `sglpatch apply` with the
+    options the user gave (the first of `Diagnosis.next`, when apply has work).
     """
     from sglpatch.doctor import answer  # its readers load only when doctor runs
 
@@ -84,6 +88,7 @@ def diagnose(
         capabilities=capabilities,
         launch=launch,
         eagle3=eagle3,
+        apply_line=apply_line,
     )
 
 
@@ -108,6 +113,7 @@ _TYPES = {
     "Blocker": "report",
     "GpuChoice": "report",
     "Launched": "report",
+    "Step": "report",
     "Diagnosis": "report",
     "ModelReport": "report",
     "Suspect": "report",

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sglpatch import catalogue, collector
-from sglpatch.doctor import diagnosis, environment, given
+from sglpatch.doctor import diagnosis, environment, given, next_steps
 from sglpatch.doctor.models.asked import model_asked
 from sglpatch.doctor.report import Diagnosis
 from sglpatch.target import Target
@@ -26,6 +26,7 @@ def diagnose(
     capabilities: Sequence[str] | None,
     launch: Sequence[str] | None = None,
     eagle3: bool = False,
+    apply_line: str = "sglpatch apply",
 ) -> Diagnosis:
     """`sglpatch.doctor.diagnose`'s answer (its docstring says what the arguments mean)."""
     with collector.paused(settle=True):
@@ -37,7 +38,7 @@ def diagnose(
         quantization, read_from = given.quantization(target.package_dir, asked.config, parsed)
         gpu = given.gpu(capabilities)
         flags = {p.concerns.flag for p in patches if p.concerns.flag}
-        return diagnosis.diagnose(
+        found = diagnosis.diagnose(
             target.package_dir,
             target.release,
             patches,
@@ -53,3 +54,4 @@ def diagnose(
             launch=None if parsed is None else given.launched(parsed, flags),
             gpu=gpu,
         )
+        return found._replace(next=next_steps.steps(found, parsed, apply_line))

@@ -74,6 +74,13 @@ class Launched(NamedTuple):
     passed: frozenset[str]  # the patches' `Concerns.flag`s this launch passes
 
 
+class Step(NamedTuple):
+    """A line to run next (`Diagnosis.next`), and why."""
+
+    command: str
+    why: str
+
+
 class GpuChoice(NamedTuple):
     """Which capability-12 parts are judged, and who said so."""
 
@@ -144,6 +151,9 @@ class Diagnosis(NamedTuple):
     draft: str | None = None
     launch: Launched | None = None  # the launch given after `--`
     gpu: GpuChoice | None = None  # which parts were judged, and from what
+    # What to run next, in order (`next_steps`): apply, then the launch with the flags that
+    # must change on 12 dropped; empty when there is nothing to do.
+    next: tuple[Step, ...] = ()
 
     @property
     def ready(self) -> bool:

@@ -172,7 +172,7 @@ def test_default_output_is_short_and_verbose_lists_every_suspect(trees: dict[str
     refusals = f"Not listed: {len(report['refusals'])} places that refuse capability 12"
     assert refusals in short.stdout and "`sglpatch doctor --verbose` lists them" in short.stdout
     assert all(f"{r['file']}:{r['line']}" in long.stdout for r in report["refusals"])
-    assert "Next: `sglpatch apply`" in short.stdout
+    assert f"\nNext:\n  sglpatch apply --target {site}\n" in short.stdout
     assert len(short.stdout.splitlines()) * 2 < len(long.stdout.splitlines())
 
 
