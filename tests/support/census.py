@@ -1,210 +1,46 @@
-"""Run a release's own ServerArgs resolution for one architecture on a stand-in device.
-
-The census (scripts/sm120_census.py, tests/test_census.py) asks each release which attention,
-DSA, MoE and GEMM backends its default-flag resolution gives a model architecture on capability
-12.0, 12.1 and 10.0. Nothing here imports torch or SGLang. A *sandbox* serves the release's
-modules from its wheel:
-
-- the modules that make the choice run whole, from their source (possibly patched in memory):
-  `srt/server_args.py`, everything under `srt/arg_groups/`, `srt/environ.py`;
-- every other SGLang module is *lifted*: a name is defined, on first use, by running the
-  statement of the real module that defines it (and, first, those its free names need), so
-  `is_deepseek_nsa`, `AttentionArch` or `get_platform` are the release's own code. The
-  capability probes in `srt/utils/common.py` run against a stand-in `torch.cuda` reporting the
-  chosen capability (as tests/support/stand_ins_gemm.py does);
-- torch and every third-party module are stand-ins whose unknown attributes are `Unknown`
-  values. An `Unknown` that the code under test *decides with* (truth value, comparison,
-  iteration) is logged, and a result that depended on one is reported as not evaluated, never
-  as a choice.
-
-The model is a stand-in `ModelConfig`: its hf_config has the architecture, the checkpoint's
-`quantization_config` and the attributes a variant names (`index_topk` for DSA); its
-`attention_arch` is MLA when the release's own ModelConfig lists the architecture as MLA.
-A model attribute the stand-in does not carry raises, and the row says which one.
-
-Here: the resolution itself (`Release.evaluate`). The sandbox, the stand-ins and the stand-in
-model are in `tests.support.sandbox`.
-"""
+"""The package's start-up resolution (`sglpatch.doctor.resolve`) over a release's wheel, as the
+census script and the patch tests ask for it: `Release(release, capability, replaced)`."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import importlib
-import sys
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
-from tests.support import wheels
-from tests.support.sandbox.finder import Sandbox, run_whole
-from tests.support.sandbox.model import (
-    CHECKPOINTS,
-    MISSING,
+from sglpatch.doctor.resolve import (
     MODEL_CONFIG,
-    StandInConfig,
-    StandInModelConfig,
-    mla_architectures,
+    Outcome,
+    ReleaseFiles,
+    Resolver,
+    run_whole,
 )
-from tests.support.sandbox.msgspec_stand_in import field_defaults
-from tests.support.sandbox.stand_ins import CONSULTED, Capability, Unknown
+from sglpatch.doctor.resolve.stand_ins import Capability
+from tests.support import wheels
 
-# What the census script reads besides the resolution: which modules run whole, and where the
-# release's ModelConfig is.
-__all__ = ["MODEL_CONFIG", "Outcome", "Release", "run_whole"]
-
-# The ServerArgs fields the census reads back, by kind of the kernel-support table.
-FIELDS: dict[str, tuple[str, ...]] = {
-    "attention": ("attention_backend", "prefill_attention_backend", "decode_attention_backend"),
-    "dsa": ("nsa_prefill_backend", "nsa_decode_backend", "dsa_prefill_backend",
-            "dsa_decode_backend"),
-    "moe": ("moe_runner_backend",),
-    "gemm": ("fp8_gemm_runner_backend", "fp4_gemm_runner_backend"),
-}  # fmt: skip
-# The steps that resolve those defaults, in __post_init__'s (or the pipeline's) order: a
-# ServerArgs method `_handle_<step>` (to 0.5.18) or a hook `handle_<step>` in arg_groups (0.5.19+).
-STEPS = (
-    "missing_default_values",  # sets fields the later steps read (e.g. 0.5.16's quantization opt-out)
-    "cuda_graph_config",  # 0.5.16+: the DeepSeek branch reads the parsed CUDA-graph config
-    "model_specific_adjustments",
-    "attention_backend_compatibility",
-    "moe_kernel_config",
-)
+__all__ = ["MODEL_CONFIG", "Outcome", "Release", "run_whole", "wheel_files"]
 
 
 @functools.cache
-def hook_modules(release: str) -> dict[str, str]:
-    """0.5.19+: the arg_groups module defining each `handle_<step>` hook."""
-    found: dict[str, str] = {}
-    for path in wheels.members(release, "sglang/srt/arg_groups/"):
-        if not path.endswith(".py"):
-            continue
-        text = wheels.member(release, path).decode()
-        for step in STEPS:
-            if f"\ndef handle_{step}(" in text:
-                found.setdefault(step, path[:-3].replace("/", "."))
-    return found
+def wheel_files(release: str) -> ReleaseFiles:
+    """The release's files read from its wheel (members only, never extracted)."""
+    present = frozenset(wheels.members(release, ""))
+
+    def below(folder: str) -> list[str]:
+        return sorted(p for p in present if p.startswith(folder) and p.endswith(".py"))
+
+    def requirements() -> str:
+        (metadata,) = [n for n in present if n.endswith(".dist-info/METADATA")]
+        return wheels.member(release, metadata).decode().split("\n\n", 1)[0]
+
+    return ReleaseFiles(
+        lambda path: wheels.member(release, path), present.__contains__, below, requirements
+    )
 
 
-# Errors the release's own checks raise to refuse a configuration at start-up.
-REFUSALS = (AssertionError, ValueError, NotImplementedError, RuntimeError)
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """What one release resolves for one model on one device."""
-
-    choices: tuple[tuple[str, str, str], ...] = ()  # (kind, field, value), set fields only
-    refused: str | None = None  # the release's own start-up error, if it raised one
-    not_evaluated: str | None = None  # why the stand-ins could not run it to a result
-
-
-class Release:
-    """One release's modules on one stand-in device (build once, evaluate many models)."""
+class Release(Resolver):
+    """One release's wheel on one stand-in device."""
 
     def __init__(
         self, release: str, capability: Capability, replaced: Mapping[str, bytes] = {}
     ) -> None:
         self.release = release
-        self.capability = capability
-        self._current: StandInModelConfig | None = None
-        self.sandbox = Sandbox(release, capability, replaced, model=self._model)
-
-    def _model(self) -> StandInModelConfig:
-        assert self._current is not None
-        return self._current
-
-    def evaluate(self, arch: str, quantization: str, extra: Mapping[str, Any] = {}) -> Outcome:
-        with self.sandbox.active():
-            try:
-                return self._evaluate(arch, quantization, extra)
-            finally:
-                CONSULTED.recording = MISSING.recording = False
-
-    def _evaluate(self, arch: str, quantization: str, extra: Mapping[str, Any]) -> Outcome:
-        server_args_module = importlib.import_module("sglang.srt.server_args")
-        arch_enum = importlib.import_module("sglang.srt.configs.model_config").AttentionArch
-        quantization_config, resolved = CHECKPOINTS[quantization]
-        hf = {"architectures": [arch], "model_type": "stand-in", **extra}
-        if quantization_config is not None:
-            hf["quantization_config"] = dict(quantization_config)
-        self._current = StandInModelConfig(
-            StandInConfig(**hf), resolved, arch in mla_architectures(self.release), arch_enum
-        )
-        cls = server_args_module.ServerArgs
-        args = cls.__new__(cls)
-        for name, value in {
-            **field_defaults(cls),
-            "model_path": "stand-in/model",
-            "device": "cuda",
-            "model_config": self._current,  # 0.5.3-0.5.18: get_model_config() memo
-            "_model_config": self._current,  # 0.5.19+: model_config_of() memo
-            "_resolved_overrides": [],
-        }.items():
-            object.__setattr__(args, name, value)
-        CONSULTED.names.clear()
-        MISSING.names.clear()
-        CONSULTED.recording = MISSING.recording = True
-        refused = None
-        try:
-            hooks = hook_modules(self.release)
-            for step in STEPS:
-                method = getattr(cls, f"_handle_{step}", None)
-                if method is not None:
-                    method(args)
-                elif step in hooks:
-                    getattr(importlib.import_module(hooks[step]), f"handle_{step}")(args)
-        except REFUSALS as error:
-            if not _raised_by_release(error):
-                return Outcome(not_evaluated=f"{type(error).__name__}: {error}")
-            refused = f"{type(error).__name__}: {_first_line(error)}"
-        except Exception as error:  # a stand-in the code reached beyond
-            return Outcome(not_evaluated=_why(error))
-        finally:
-            CONSULTED.recording = MISSING.recording = False
-        overrides = sys.modules.get("sglang.srt.arg_groups.overrides")
-        materialize = getattr(overrides, "materialize_declarations", None)
-        if materialize is not None and not isinstance(materialize, Unknown):
-            materialize(args)
-        if CONSULTED.names:
-            return Outcome(not_evaluated="decided with stand-in " + ", ".join(CONSULTED.names))
-        # 0.5.19+ keep the resolution as declarations: read them as SGLang's projection does.
-        result = getattr(overrides, "resolution_result", None)
-        read: Callable[[str], Any] = (
-            (lambda name: getattr(args, name, None))
-            if result is None or isinstance(result, Unknown)
-            else (lambda name: result(args, name) if hasattr(args, name) else None)
-        )
-        choices = []
-        for kind, names in FIELDS.items():
-            for name in names:
-                value = read(name)
-                if isinstance(value, str):
-                    choices.append((kind, name, value))
-                elif value is not None:
-                    return Outcome(not_evaluated=f"{name} resolved to {value!r}")
-        return Outcome(tuple(choices), refused)
-
-
-def _raised_by_release(error: BaseException) -> bool:
-    """The error's innermost frame is in one of the release's own files."""
-    trace = error.__traceback__
-    last = None
-    while trace is not None:
-        last = trace.tb_frame.f_code.co_filename
-        trace = trace.tb_next
-    return bool(last and last.startswith("sglang/"))
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0][:200] if text else ""
-
-
-def _why(error: BaseException) -> str:
-    where = ""
-    trace = error.__traceback__
-    while trace is not None:
-        if trace.tb_frame.f_code.co_filename.startswith("sglang/"):
-            where = f" ({trace.tb_frame.f_code.co_filename}:{trace.tb_lineno})"
-        trace = trace.tb_next
-    return f"{type(error).__name__}: {_first_line(error)}{where}"
+        super().__init__(wheel_files(release), capability, replaced)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from unittest import mock
 
+from sglpatch.doctor.resolve.stand_ins import STUBBED
 from tests.support import syntax, wheels
 
 COMMON = "sglang/srt/utils/common.py"
@@ -129,23 +130,6 @@ def _probe_code(release: str) -> types.CodeType:
         ]
     body = sorted(wanted, key=lambda s: s.lineno)  # definitions in their own order
     return compile(ast.Module(body=body, type_ignores=[]), COMMON, "exec")
-
-
-# Probes a CUDA box answers without looking at the capability: not an AMD, Intel, Moore Threads
-# or Ascend part, not the CPU engine, and no NVML shortcut (the capability comes from torch.cuda).
-STUBBED = {
-    "is_musa": lambda: False,
-    "is_npu": lambda: False,
-    "is_xpu": lambda: False,
-    "is_hpu": lambda: False,
-    "is_cpu": lambda: False,
-    "is_fp8_fnuz": lambda: False,
-    "is_gfx95_supported": lambda: False,
-    "is_gfx942_supported": lambda: False,
-    "is_npu_arch35": lambda: False,
-    "is_gfx1250_supported": lambda: False,
-    "_get_device_sm_via_nvml": lambda: None,
-}
 
 
 def _read_env_defaults(release: str) -> dict[str, Any]:

@@ -37,6 +37,22 @@ class Consulted:
 
 CONSULTED = Consulted()
 
+# Probes a CUDA box answers without looking at the capability: not an AMD, Intel, Moore Threads
+# or Ascend part, not the CPU engine, and no NVML shortcut (the capability comes from torch.cuda).
+STUBBED: dict[str, Any] = {
+    "is_musa": lambda: False,
+    "is_npu": lambda: False,
+    "is_xpu": lambda: False,
+    "is_hpu": lambda: False,
+    "is_cpu": lambda: False,
+    "is_fp8_fnuz": lambda: False,
+    "is_gfx95_supported": lambda: False,
+    "is_gfx942_supported": lambda: False,
+    "is_npu_arch35": lambda: False,
+    "is_gfx1250_supported": lambda: False,
+    "_get_device_sm_via_nvml": lambda: None,
+}
+
 
 class Unknown:
     """A stand-in for something a third-party or unlifted module holds.

@@ -8,13 +8,15 @@ import functools
 import logging
 import types
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from tests.support import syntax
-from tests.support.sandbox.stand_ins import Unknown
+from sglpatch.doctor.resolve.stand_ins import Unknown
 
-if TYPE_CHECKING:
-    from tests.support.sandbox.finder import Sandbox
+
+class Submodules(Protocol):
+    """What a lifted module asks its sandbox for: a submodule of a package, if it has one."""
+
+    def submodule(self, package: str, name: str) -> types.ModuleType | None: ...
 
 
 def _defines(statement: ast.stmt) -> set[str]:
@@ -43,9 +45,9 @@ def _loads(statement: ast.stmt) -> set[str]:
     return {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)}
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1024)  # a release's lifted modules, patched copies beside
 def _index(source: bytes) -> tuple[ast.Module, dict[str, list[int]]]:
-    tree = syntax.tree(source)
+    tree = ast.parse(source)
     where: dict[str, list[int]] = {}
     for number, statement in enumerate(tree.body):
         for name in _defines(statement):
@@ -57,7 +59,7 @@ class LiftedModule(types.ModuleType):
     """An SGLang module whose names are defined on first use from its real source."""
 
     def __init__(
-        self, name: str, source: bytes, sandbox: Sandbox, preset: Mapping[str, Any]
+        self, name: str, source: bytes, sandbox: Submodules, preset: Mapping[str, Any]
     ) -> None:
         super().__init__(name)
         object.__setattr__(self, "_source", source)
@@ -97,7 +99,7 @@ class LiftedModule(types.ModuleType):
             try:
                 exec(compile(module, self.__file__ or self.__name__, "exec"), self.__dict__)
             except Exception as error:  # a conditional import or a probe of absent hardware
-                logging.getLogger("sglpatch.census").debug(
+                logging.getLogger("sglpatch.doctor.resolve").debug(
                     "%s: statement %d: %s", self.__name__, number, error
                 )
             for free in sorted(later - own):

@@ -7,8 +7,8 @@ import ast
 import functools
 from typing import Any
 
-from tests.support import syntax, wheels
-from tests.support.sandbox.stand_ins import Consulted
+from sglpatch.doctor.resolve.files import ReleaseFiles
+from sglpatch.doctor.resolve.stand_ins import Consulted
 
 MODEL_CONFIG = "sglang/srt/configs/model_config.py"
 
@@ -87,11 +87,11 @@ class StandInModelConfig:
         raise AttributeError(f"the stand-in ModelConfig has no {name}")
 
 
-@functools.cache
-def mla_architectures(release: str) -> frozenset[str]:
+@functools.lru_cache(maxsize=8)
+def mla_architectures(files: ReleaseFiles) -> frozenset[str]:
     """The architectures the release's ModelConfig gives `AttentionArch.MLA`: the string
     constants of each `if` whose body sets `self.attention_arch = AttentionArch.MLA`."""
-    tree = syntax.tree(wheels.member(release, MODEL_CONFIG))
+    tree = files.tree(MODEL_CONFIG)
     found: set[str] = set()
     for node in ast.walk(tree):
         if not isinstance(node, ast.If):

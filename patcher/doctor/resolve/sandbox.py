@@ -1,9 +1,11 @@
 """The import system's side: the modules of one release on one stand-in device, each run whole
-(the resolution), lifted (the rest of SGLang) or stood in for (torch, third-party modules)."""
+(the resolution), lifted (the rest of SGLang) or stood in for (torch, third-party modules).
+
+The sandbox is a finder on `sys.meta_path` only while `active()`; the modules it made are kept
+aside between uses and whatever `sys.modules` held under the same names is put back after."""
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -13,11 +15,12 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from tests.support import wheels
-from tests.support.sandbox.lifting import LiftedModule
-from tests.support.sandbox.msgspec_stand_in import msgspec_module
-from tests.support.sandbox.stand_ins import (
+from sglpatch.doctor.resolve.files import ReleaseFiles
+from sglpatch.doctor.resolve.lifting import LiftedModule
+from sglpatch.doctor.resolve.msgspec_stand_in import msgspec_module
+from sglpatch.doctor.resolve.stand_ins import (
     DEVICE_NAMES,
+    STUBBED,
     Capability,
     CudaPlatform,
     StandInModule,
@@ -30,57 +33,35 @@ RUN_WHOLE = ("sglang.srt.server_args", "sglang.srt.arg_groups", "sglang.srt.envi
 REAL_THIRD_PARTY = ("packaging", "typing_extensions")
 COMMON = "sglang.srt.utils.common"
 
-# Import names of requirements whose distribution is named otherwise.
-_IMPORT_NAMES = {"flashinfer_python": "flashinfer", "sglang_kernel": "sgl_kernel",
-                 "nvidia_cutlass_dsl": "cutlass", "pillow": "PIL", "pyyaml": "yaml"}  # fmt: skip
-
-
-@functools.cache
-def _installed(release: str) -> frozenset[str]:
-    """The top-level modules an install of `release` has: its unconditional requirements
-    (the wheel's METADATA) and torch."""
-    import re
-
-    (metadata,) = [n for n in wheels.members(release, "") if n.endswith(".dist-info/METADATA")]
-    names = {"torch", "triton", "transformers", "sgl_kernel", "flashinfer"}
-    for line in wheels.member(release, metadata).decode().splitlines():
-        if line.startswith("Requires-Dist:") and "extra ==" not in line:
-            found = re.match(r"Requires-Dist:\s*([A-Za-z0-9_.\-]+)", line)
-            if found:
-                name = re.sub(r"[-.]", "_", found.group(1)).lower()
-                names.add(_IMPORT_NAMES.get(name, name))
-    return frozenset(names)
-
 
 class Sandbox(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """The modules of one release, on one stand-in device, with some files replaced."""
 
     def __init__(
         self,
-        release: str,
+        files: ReleaseFiles,
         capability: Capability,
         replaced: Mapping[str, bytes] = {},
         model: Callable[[], Any] | None = None,
     ) -> None:
-        self.release = release
+        self.files = files
         self.capability = capability
         self.replaced = dict(replaced)
         self.model = model
-        self.files = set(wheels.members(release))
-        self.installed = _installed(release)
+        self.installed = files.installed
         self.kept: dict[str, types.ModuleType] = {}
 
-    # The wheel's files.
+    # The release's files.
     def _file(self, name: str) -> tuple[str, bool] | None:
         path = name.replace(".", "/")
-        if f"{path}/__init__.py" in self.files:
+        if self.files.exists(f"{path}/__init__.py"):
             return f"{path}/__init__.py", True
-        if f"{path}.py" in self.files:
+        if self.files.exists(f"{path}.py"):
             return f"{path}.py", False
         return None
 
     def source(self, path: str) -> bytes:
-        return self.replaced.get(path) or wheels.member(self.release, path)
+        return self.replaced.get(path) or self.files.read(path)
 
     def submodule(self, package: str, name: str) -> types.ModuleType | None:
         if self._file(f"{package}.{name}") is None:
@@ -150,8 +131,6 @@ class Sandbox(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             exec(code, module.__dict__)
 
     def _common_preset(self) -> dict[str, Any]:
-        from tests.support.stand_in_machine import STUBBED
-
         capability = self.capability
         return {
             **STUBBED,
