@@ -1,6 +1,7 @@
-"""The hand audit of doctor's suspects (`docs/doctor-audit.md`, issue #20) pinned to what doctor
-reports: on 0.5.7, 0.5.9 and 0.5.23 its suspects are exactly the audited rows (file, line and
-deciding code), and the document's counts and percentages are computed from its rows."""
+"""The hand audit of doctor's suspects (`docs/doctor-audit.md`, issues #20 and #33) pinned to what
+doctor reports: on 0.5.7, 0.5.9, 0.5.16, 0.5.21 and 0.5.23 its suspects are exactly the audited
+rows (file, line and deciding code), and the document's counts and percentages are computed from
+its rows."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from tests.support.releases import SEED
 pytestmark = pytest.mark.wheel
 
 AUDIT = Path(__file__).resolve().parents[2] / "docs" / "doctor-audit.md"
-RELEASES = ("0.5.7", "0.5.9", "0.5.23")
+# 0.5.16 and 0.5.21: the two releases audited anew for issue #33 (not 0.5.9 or 0.5.23).
+RELEASES = ("0.5.7", "0.5.9", "0.5.16", "0.5.21", "0.5.23")
 VERDICTS = ("REAL", "harmless", "unsure")
 BAR = 80.0  # issue #20: at least 80% of reported suspects are real
 
