@@ -123,6 +123,8 @@ class Concerns(NamedTuple):
     flag           the opt-in start-up option without which the code is not reached
                    (`--enable-torch-symm-mem`); None: reached with default flags
     runtime        "srt" (the LLM server) or "multimodal_gen" (the diffusion runtime)
+    config         config.json attributes a model must set for the code to be reached
+                   (`index_topk`: the DSA form of DeepSeek-V3 and GLM); (): any config
     """
 
     architectures: tuple[str, ...] = ()
@@ -130,6 +132,7 @@ class Concerns(NamedTuple):
     quantization: tuple[str, ...] = ()
     flag: str | None = None
     runtime: str = "srt"
+    config: tuple[str, ...] = ()
 
     @property
     def every_model(self) -> bool:

@@ -81,6 +81,8 @@ DSA_ARCHITECTURES = (
     "HYV4ForCausalLM",
     "HYV4ForCausalLMNextN",
 )
+# Their DSA form only: the same classes without `index_topk` (DeepSeek-V3, GLM-4.5) take MLA.
+DSA_CONFIG = ("index_topk",)
 SPLIT = "_dsa_split_backend_resolution"
 KV_DEFAULT = "_dsa_kv_cache_dtype_default"
 FP8_BRANCH = 'kv_cache_dtype == "fp8_e4m3"'
@@ -267,7 +269,7 @@ class Sm120DsaBackends(Patch):
     )
     tested = TESTED
     files = TARGET
-    concerns = Concerns(architectures=DSA_ARCHITECTURES)
+    concerns = Concerns(architectures=DSA_ARCHITECTURES, config=DSA_CONFIG)
     reads = READS
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:

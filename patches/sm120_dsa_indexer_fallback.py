@@ -61,7 +61,7 @@ from sglpatch.patch import (
     cst,
     cst_tools,
 )
-from sglpatch.patches.sm120_dsa_backends import DSA_ARCHITECTURES
+from sglpatch.patches.sm120_dsa_backends import DSA_ARCHITECTURES, DSA_CONFIG
 
 FUNCTION = "_use_torch_mqa_logits"
 VARIABLE = "envs.SGLANG_FP8_PAGED_MQA_LOGITS_TORCH"
@@ -112,7 +112,7 @@ class Sm120DsaIndexerFallback(Patch):
     )
     tested = TESTED
     files = TARGET
-    concerns = Concerns(architectures=DSA_ARCHITECTURES)
+    concerns = Concerns(architectures=DSA_ARCHITECTURES, config=DSA_CONFIG)
     reads = (FUNCTION,)
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:

@@ -85,7 +85,7 @@ from sglpatch.patch import (
     cst,
     cst_tools,
 )
-from sglpatch.patches.sm120_dsa_backends import DSA_ARCHITECTURES
+from sglpatch.patches.sm120_dsa_backends import DSA_ARCHITECTURES, DSA_CONFIG
 
 SHIM = "_SglpatchSm120DeepGemm"
 REBIND = f"deep_gemm = {SHIM}(deep_gemm)"
@@ -301,7 +301,7 @@ class Sm120DsaIndexerTorchLogits(Patch):
     )
     tested = TESTED
     files = TARGET
-    concerns = Concerns(architectures=DSA_ARCHITECTURES)
+    concerns = Concerns(architectures=DSA_ARCHITECTURES, config=DSA_CONFIG)
     # Without its other half the backend's schedule would come from DeepGEMM, and with it alone
     # a DeepGEMM kernel would be handed the shim's empty schedule.
     applied_with = ("sm120-dsa-backend-torch-schedule",)

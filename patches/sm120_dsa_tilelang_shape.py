@@ -55,7 +55,7 @@ from sglpatch.patch import (
     cst,
     cst_tools,
 )
-from sglpatch.patches.sm120_dsa_backends import DSA_ARCHITECTURES
+from sglpatch.patches.sm120_dsa_backends import DSA_ARCHITECTURES, DSA_CONFIG
 
 FUNCTION = "tilelang_sparse_fwd"
 V1 = "sparse_attention_fwd_kernel_v1"
@@ -175,7 +175,7 @@ class Sm120DsaTilelangShape(Patch):
     )
     tested = TESTED
     files = TARGET
-    concerns = Concerns(architectures=DSA_ARCHITECTURES)
+    concerns = Concerns(architectures=DSA_ARCHITECTURES, config=DSA_CONFIG)
     reads = (FUNCTION, V1, HELPER)
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:

@@ -24,6 +24,7 @@ class Scope(NamedTuple):
     files: set[str]  # sglang/srt/models/x.py read for it
     quantization: str | None  # the checkpoint's, when known
     unread: tuple[str, ...] = ()  # what doctor could not read of it (sglang/...): not judged
+    config: frozenset[str] | None = None  # the config.json attributes it sets; None: unknown
 
 
 class Sorted(NamedTuple):
@@ -92,7 +93,7 @@ def sort(
         wanted = concerns.quantization
         if wanted and asked.quantization is not None and asked.quantization not in wanted:
             found.elsewhere.append(patch.id)
-        elif not _concerned(check, asked):
+        elif not _concerned(check, asked) or _other_form(concerns.config, asked.config):
             unknown = asked.unread and concerns.runtime == "srt"  # it may concern the model
             (found.undecided if unknown else found.elsewhere).append(patch.id)
         elif concerns.flag and (passed is None or concerns.flag not in passed):
@@ -102,6 +103,11 @@ def sort(
             condition = "; ".join(filter(None, (when, condition)))
             found.blockers.append(_as_pending(check, release, when=condition))
     return found
+
+
+def _other_form(wanted: tuple[str, ...], config: frozenset[str] | None) -> bool:
+    """The patch is about a form of the model (DSA: `index_topk`) this config is not."""
+    return bool(wanted) and config is not None and not set(wanted) <= config
 
 
 def _if_quantized(quantization: tuple[str, ...]) -> str:
