@@ -26,6 +26,7 @@ def diagnose(
     launch: Sequence[str] | None = None,
     eagle3: bool = False,
     apply_line: str = "sglpatch apply",
+    all_models: bool = False,
 ) -> DoctorReport:
     """Will the target run on capability-12 GPUs (with EAGLE-3 on `model`)? From its own source.
 
@@ -37,8 +38,10 @@ def diagnose(
     "ready" could not be known. `capability` ("12.0" or "12.1") asks about one part; None:
     the parts nvidia-smi reports, or both. `launch`: the launch's arguments (or whole command),
     parsed with the release's own options; `eagle3`: judge EAGLE-3 without a launch;
-    `apply_line`: `sglpatch apply` with the options the user gave (for `Diagnosis.next`).
+    `apply_line`: `sglpatch apply` with the options the user gave (for `Diagnosis.next`);
+    `all_models`: a row per architecture the release serves (`Diagnosis.rows`).
     """
+
     capabilities = doctor.capabilities(capability) if capability is not None else None
     target = find_target(target_path, parse_release(version) if version else None)
     found = doctor.diagnose(
@@ -52,5 +55,6 @@ def diagnose(
         launch=launch,
         eagle3=eagle3,
         apply_line=apply_line,
+        all_models=all_models,
     )
     return DoctorReport(target, found, found.kernels, found.kernels_from, found.model_from)

@@ -215,6 +215,9 @@ def doctor(report: api.DoctorReport) -> JSON:
         "kernels_from": str(report.kernels_from) if report.kernels_from else None,
         # What to run next, in order (the text's "Next:" section): [] when nothing is to do.
         "next": [{"command": s.command, "why": s.why} for s in found.next],
+        # One row per model, checkpoint and part (--all-models, or the model --model chose);
+        # null: not evaluated (no model asked, or the release unknown).
+        "models": None if found.rows is None else [r._asdict() for r in found.rows],
     }
 
 
@@ -222,7 +225,10 @@ def doctor(report: api.DoctorReport) -> JSON:
 # fail (or lose a path that runs) on a capability asked, each with `verdict`, `what`, `opt_in`
 # and, where 12.0 and 12.1 are judged apart, `by_capability`; `suspects_not_judged` and the
 # count `suspects_harmless` are new, as are `capabilities` and the kind `decides`.
-DOCTOR_SCHEMA = 2
+# 3: `models`, the rows of --all-models (or of the model --model chose): each
+# `architecture`, `quantization`, `form`, `capability`, `now`, `after_apply`, `patches`, `why`,
+# `file`, `line`.
+DOCTOR_SCHEMA = 3
 
 
 def _suspect(suspect: Suspect) -> JSON:

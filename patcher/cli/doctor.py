@@ -79,6 +79,15 @@ Eagle3Option = Annotated[
         "--speculative-algorithm EAGLE3). Otherwise its missing EAGLE-3 methods are not counted.",
     ),
 ]
+AllModelsOption = Annotated[
+    bool,
+    typer.Option(
+        "--all-models",
+        help="Also judge every architecture the release serves, in its usual checkpoints "
+        "(bf16, fp8, modelopt_fp4, mxfp4 where the release names it, the DSA form), on each "
+        "part: a table of runs / apply / breaks / not evaluated.",
+    ),
+]
 LaunchArgument = Annotated[
     Optional[list[str]],  # noqa: UP045
     typer.Argument(
@@ -114,6 +123,7 @@ def doctor(
     json_out: JsonOption = False,
     old_version: DeprecatedVersionOption = None,
     eagle3: Eagle3Option = False,
+    all_models: AllModelsOption = False,
     launch: LaunchArgument = None,
 ) -> None:
     """Will this SGLang run on capability-12 GPUs, with your model and launch? Read from its source.
@@ -141,6 +151,7 @@ def doctor(
         launch=launch,
         eagle3=eagle3,
         apply_line=suggest("apply", target=target, release=version, catalog=catalog),
+        all_models=all_models,
     )
     if progress is not None:
         sys.stderr.write("\r\033[K")  # clear the progress line
@@ -148,8 +159,18 @@ def doctor(
         emit(as_json.doctor(report))
     else:
         _print_diagnosis(report, verbose)
+        rows = report.diagnosis.rows
+        if rows is not None and (all_models or verbose):
+            from sglpatch.cli import model_table
+
+            model_table.print_table(rows, report.diagnosis.capabilities, _release(report))
     if not report.diagnosis.ready:
         raise typer.Exit(ExitCode.GAPS)
+
+
+def _release(report: api.DoctorReport) -> str:
+    release = report.diagnosis.release
+    return str(release) if release is not None else "(release unknown)"
 
 
 def freeze_if_ran() -> None:

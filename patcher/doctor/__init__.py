@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from sglpatch.doctor.report import GpuChoice as GpuChoice
     from sglpatch.doctor.report import Launched as Launched
     from sglpatch.doctor.report import ModelReport as ModelReport
+    from sglpatch.doctor.report import ModelRow as ModelRow
     from sglpatch.doctor.report import Step as Step
     from sglpatch.doctor.report import Suspect as Suspect
     from sglpatch.target import Target
@@ -41,6 +42,7 @@ __all__ = [
     "Kind",
     "Launched",
     "ModelReport",
+    "ModelRow",
     "Step",
     "Suspect",
     "capabilities",
@@ -61,6 +63,7 @@ def diagnose(
     launch: Sequence[str] | None = None,
     eagle3: bool = False,
     apply_line: str = "sglpatch apply",
+    all_models: bool = False,
 ) -> Diagnosis:
     """Will `target` run on capability-12 GPUs (with EAGLE-3 on `model`)? From its own source.
 
@@ -74,8 +77,12 @@ def diagnose(
     parsed with the release's own options; its `--model-path` names the model. The model's
     missing EAGLE-3 methods are blockers only when `eagle3` or the launch's
     `--speculative-algorithm EAGLE3` asks for EAGLE-3. `apply_line` is `sglpatch apply` with the
-    options the user gave (the first of `Diagnosis.next`, when apply has work).
+    options the user gave (the first of `Diagnosis.next`, when apply has work). `all_models`:
+    `Diagnosis.rows` for every architecture the release serves (with `model`, its rows alone
+    are there either way).
     """
+    if all_models and (model is not None or model_path is not None):
+        raise UsageError("--all-models judges every model: give it without --model/--model-path")
     from sglpatch.doctor import answer  # its readers load only when doctor runs
 
     return answer.diagnose(
@@ -89,6 +96,7 @@ def diagnose(
         launch=launch,
         eagle3=eagle3,
         apply_line=apply_line,
+        all_models=all_models,
     )
 
 
@@ -116,6 +124,7 @@ _TYPES = {
     "Step": "report",
     "Diagnosis": "report",
     "ModelReport": "report",
+    "ModelRow": "report",
     "Suspect": "report",
     "Finding": "findings",
     "Kind": "findings",

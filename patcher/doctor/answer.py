@@ -27,6 +27,7 @@ def diagnose(
     launch: Sequence[str] | None = None,
     eagle3: bool = False,
     apply_line: str = "sglpatch apply",
+    all_models: bool = False,
 ) -> Diagnosis:
     """`sglpatch.doctor.diagnose`'s answer (its docstring says what the arguments mean)."""
     with collector.paused(settle=True):
@@ -53,5 +54,6 @@ def diagnose(
             eagle3=given.eagle3_asked(parsed, eagle3),
             launch=None if parsed is None else given.launched(parsed, flags),
             gpu=gpu,
+            all_models=all_models,
         )
         return found._replace(next=next_steps.steps(found, parsed, apply_line))

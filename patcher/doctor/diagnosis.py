@@ -31,7 +31,16 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
-from sglpatch.doctor import census, coverage, eagle3, judged, known_gaps, pending, unreached
+from sglpatch.doctor import (
+    census,
+    coverage,
+    eagle3,
+    judged,
+    known_gaps,
+    model_rows,
+    pending,
+    unreached,
+)
 from sglpatch.doctor.eagle3 import missing_methods
 from sglpatch.doctor.facts.gpus import CAPABILITIES
 from sglpatch.doctor.findings import Finding, Kind
@@ -48,6 +57,9 @@ from sglpatch.doctor.report import (
     Suspect,
     Unread,
 )
+from sglpatch.doctor.resolve import Outcome, survey
+from sglpatch.doctor.resolve.survey import Key
+from sglpatch.doctor.resolve.variants import Variant
 from sglpatch.patch import Patch
 
 if TYPE_CHECKING:
@@ -72,6 +84,7 @@ def diagnose(
     eagle3: bool = False,
     launch: Launched | None = None,
     gpu: GpuChoice | None = None,
+    all_models: bool = False,
 ) -> Diagnosis:
     """The whole answer for the tree at `package_dir`. `beside` reads the environment that runs
     it (its kernels and missing requirements; None: not judged), once the tree is read;
@@ -81,7 +94,10 @@ def diagnose(
     paths, names = _models_asked(source, model)
     helpers = devices.helpers_of(source)
     with pool.Pool() as workers:  # on an error, the workers are stopped, their work dropped
-        read = _read(source, package_dir, release, patches, paths, names, helpers, say, workers)
+        rows_for = capabilities if release is not None and (all_models or model) else ()
+        read = _read(
+            source, package_dir, release, patches, paths, names, helpers, say, workers, rows_for
+        )
         workers.finish()  # they end while what they found is judged here
         work = coverage.pending(read.checks)
         covered, gone = _covered(source, helpers, read, work)
@@ -104,6 +120,18 @@ def diagnose(
         blockers += missing_methods(reports)
     if strict:
         blockers += [_as_blocker(s) for s in suspects]
+    rows = None
+    if read.survey and release is not None:
+        say("judging each model on 12.0 and 12.1")
+        served = [r for r in read.registered if not _is_draft(r)]
+        rows = model_rows.build(
+            model_rows.Read(
+                source, release, read.models, served, [t.result() for t in read.survey]
+            ),
+            work,
+            frozenset(r.fixed_by for r in reports if r.fixed_by),
+            capabilities,
+        )
     environment = beside() if beside is not None else None
     if environment is not None:  # its missing requirements first, the kernels last
         blockers = [*environment.missing, *blockers, *environment.failing]
@@ -136,6 +164,7 @@ def diagnose(
         draft=_draft(model, read.registered),
         launch=launch,
         gpu=gpu,
+        rows=rows,
     )
 
 
@@ -155,6 +184,9 @@ class _Read(NamedTuple):
     required: dict[str, tuple[str, ...]]  # EAGLE-3 method -> where the target's code calls it
     models: census.Models
     registered: list[census.Registered]  # the classes --model chose, or all
+    # The start-up resolution of every served class's checkpoints, a task per part (none: not
+    # asked for).
+    survey: tuple[pool.Task[tuple[dict[str, list[Variant]], dict[Key, Outcome]]], ...] = ()
 
 
 def _read(
@@ -167,6 +199,7 @@ def _read(
     helpers: dict[str, frozenset[int]],
     say: Progress,
     workers: pool.Pool,
+    rows_for: Sequence[str] = (),
 ) -> _Read:
     """The scan and the catalogue run in `workers` while this process reads the models."""
     say("scanning capability gates")
@@ -186,11 +219,19 @@ def _read(
     registered = [
         r for r in census.registered(source, models, paths) if not names or r.name in names
     ]
+    served = sorted({r.name for r in registered if not _is_draft(r)})
+    surveyed = tuple(
+        workers.run(survey.survey, package_dir, (part,), tuple(served)) for part in rows_for
+    )
     scan.start()
     say("running the catalogue in memory")
     findings = _beside(scan.result(), package_dir)
     checks = _ours(run.result(), patches) if run is not None else []
-    return _Read(findings, checks, required, models, registered)
+    return _Read(findings, checks, required, models, registered, surveyed)
+
+
+def _is_draft(entry: census.Registered) -> bool:
+    return bool(entry.excluded and entry.excluded.startswith("a draft"))
 
 
 def _covered(

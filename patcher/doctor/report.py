@@ -110,6 +110,22 @@ class Suspect(NamedTuple):
         return len({(j.outcome, j.what.replace(j.capability, "12")) for j in self.judgements}) > 1
 
 
+class ModelRow(NamedTuple):
+    """One model, checkpoint and part: does it run now, and after `sglpatch apply`
+    (`model_rows`)? `now` and `after_apply` are "runs", "breaks" or "not evaluated"."""
+
+    architecture: str
+    quantization: str | None  # as SGLang names it: fp8, modelopt_fp4, mxfp4; None: unquantized
+    form: str | None  # "dsa": the DSA form (index_topk set)
+    capability: str  # "12.0" or "12.1"
+    now: str
+    after_apply: str
+    patches: tuple[str, ...]  # what apply runs that this row needs
+    why: str  # what breaks (or is not evaluated) now; "" when it runs
+    file: str | None  # where (sglang/...), when known
+    line: int | None
+
+
 class Diagnosis(NamedTuple):
     release: Version | None
     model: ModelReport | None  # the one --model chose
@@ -154,6 +170,9 @@ class Diagnosis(NamedTuple):
     # What to run next, in order (`next_steps`): apply, then the launch with the flags that
     # must change on 12 dropped; empty when there is nothing to do.
     next: tuple[Step, ...] = ()
+    # One row per model, checkpoint and part judged (--all-models, or the model --model chose);
+    # None: not evaluated.
+    rows: tuple[ModelRow, ...] | None = None
 
     @property
     def ready(self) -> bool:

@@ -232,7 +232,7 @@ def test_0_5_9_a_choice_that_runs_on_12_is_not_listed(report_059: dict[str, Any]
     """Llama4's `else: triton` (triton runs on 12) is counted harmless, not listed."""
     listed = report_059["suspects"] + report_059["suspects_not_judged"]
     assert not [s for s in listed if '"triton", "other platforms"' in s["gets"]]
-    assert report_059["suspects_harmless"] > 0 and report_059["schema"] == 2
+    assert report_059["suspects_harmless"] > 0 and report_059["schema"] == 3
 
 
 @pytest.mark.wheel

@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from sglpatch.doctor.read.source_tree import read_file
+
 # Installed with every release whatever its metadata says (SGLang's CUDA kernels and torch).
 ALWAYS_INSTALLED = frozenset({"torch", "triton", "transformers", "sgl_kernel", "flashinfer"})
 # Import names of requirements whose distribution is named otherwise.
@@ -93,28 +95,27 @@ def tree_files(package_dir: Path) -> ReleaseFiles:
     parent = package_dir.parent
 
     def read(path: str) -> bytes:
-        try:
-            return (parent / path).read_bytes()
-        except OSError as error:
-            raise KeyError(path) from error
+        data, why = read_file(parent / path)  # bounded: no FIFO or huge file is read
+        if data is None:
+            raise KeyError(f"{path}: {why or 'missing'}")
+        return data
 
     def exists(path: str) -> bool:
         return (parent / path).is_file()
 
     def below(folder: str) -> list[str]:
-        return sorted(
-            found.relative_to(parent).as_posix() for found in (parent / folder).rglob("*.py")
-        )
+        try:
+            found = [p for p in (parent / folder).rglob("*.py") if p.is_file()]
+        except OSError:  # a folder that cannot be listed: its hooks are not read
+            return []
+        return sorted(p.relative_to(parent).as_posix() for p in found)
 
     def requirements() -> str:
         for info in sorted(parent.glob("sglang-*.dist-info")):
-            try:
-                return (info / "METADATA").read_text(errors="replace").split("\n\n", 1)[0]
-            except OSError:
-                continue
-        try:
-            return (parent / "pyproject.toml").read_text(errors="replace")
-        except OSError:
-            return ""
+            data, _ = read_file(info / "METADATA")
+            if data is not None:
+                return data.decode(errors="replace").split("\n\n", 1)[0]
+        data, _ = read_file(parent / "pyproject.toml")
+        return data.decode(errors="replace") if data is not None else ""
 
     return ReleaseFiles(read, exists, below, requirements)

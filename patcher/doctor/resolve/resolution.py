@@ -23,6 +23,7 @@ does not carry raises, and the outcome says which one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -85,6 +86,10 @@ class Outcome:
     choices: tuple[tuple[str, str, str], ...] = ()  # (kind, field, value), set fields only
     refused: str | None = None  # the release's own start-up error, if it raised one
     not_evaluated: str | None = None  # why the stand-ins could not run it to a result
+    # Where the release's code last set each chosen field (field, sglang/... file, line); a
+    # field set through 0.5.19+'s declarations is not traced.
+    where: tuple[tuple[str, str, int], ...] = ()
+    refused_at: tuple[str, int] | None = None  # the release's line that raised the refusal
 
 
 class Resolver:
@@ -137,10 +142,14 @@ class Resolver:
             "_resolved_overrides": [],
         }.items():
             object.__setattr__(args, name, value)
+        where = _WHERE
+        where.clear()
+        with contextlib.suppress(TypeError):  # a class whose layout forbids it: not traced
+            args.__class__ = _traced(cls)
         CONSULTED.names.clear()
         MISSING.names.clear()
         CONSULTED.recording = MISSING.recording = True
-        refused = None
+        refused = refused_at = None
         try:
             hooks = hook_modules(self.files)
             for step in STEPS:
@@ -153,6 +162,7 @@ class Resolver:
             if not _raised_by_release(error):
                 return Outcome(not_evaluated=f"{type(error).__name__}: {error}")
             refused = f"{type(error).__name__}: {_first_line(error)}"
+            refused_at = _raised_at(error)
         except Exception as error:  # a stand-in the code reached beyond
             return Outcome(not_evaluated=_why(error))
         finally:
@@ -178,7 +188,46 @@ class Resolver:
                     choices.append((kind, name, value))
                 elif value is not None:
                     return Outcome(not_evaluated=f"{name} resolved to {value!r}")
-        return Outcome(tuple(choices), refused)
+        traced = tuple((name, *where[name]) for _, name, _ in choices if name in where)
+        return Outcome(tuple(choices), refused, where=traced, refused_at=refused_at)
+
+
+# 0.5.16+ functions that copy declared values onto the fields: not where a choice is made.
+_COPIERS = frozenset({"materialize_declarations", "_apply_fields"})
+_WATCHED = frozenset(name for names in FIELDS.values() for name in names)
+
+
+_WHERE: dict[str, tuple[str, int]] = {}  # the evaluation under way's (one at a time)
+
+
+@functools.lru_cache(maxsize=16)
+def _traced(cls: type) -> type:
+    """`cls` noting in `_WHERE` the release's line that sets each field the census reads (one
+    class per release: a new class per evaluation would empty Python's method caches)."""
+    setter = cls.__setattr__
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        if name in _WATCHED:
+            frame = sys._getframe(1)
+            code = frame.f_code
+            if code.co_filename.startswith("sglang/") and code.co_name not in _COPIERS:
+                _WHERE[name] = (frame.f_code.co_filename, frame.f_lineno)
+        setter(self, name, value)
+
+    traced: type = type(cls.__name__, (cls,), {"__setattr__": __setattr__})
+    traced.__module__ = cls.__module__
+    traced.__qualname__ = cls.__qualname__
+    return traced
+
+
+def _raised_at(error: BaseException) -> tuple[str, int] | None:
+    trace = error.__traceback__
+    found = None
+    while trace is not None:
+        if trace.tb_frame.f_code.co_filename.startswith("sglang/"):
+            found = (trace.tb_frame.f_code.co_filename, trace.tb_lineno)
+        trace = trace.tb_next
+    return found
 
 
 def _raised_by_release(error: BaseException) -> bool:

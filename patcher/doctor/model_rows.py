@@ -1,0 +1,260 @@
+"""One row per model, checkpoint and part: does it run on 12.0 / 12.1 now, and after apply?
+
+A row is judged along the model's path, each step by what knows it:
+
+1. start-up: the release's own ServerArgs resolution, run on a stand-in GPU of that part
+   (`resolve`), gives the attention, DSA, MoE and GEMM backends, or the release's own refusal;
+   each backend is judged with the kernel-support table on that part (`auto`, which the layer
+   that loads the weights resolves, is judged in step 2 only);
+2. load and run time: the catalogue patches still pending that this model's start-up reaches
+   with default flags and this checkpoint's quantization (their `concerns`), as doctor counts
+   its blockers: each is a known failure that `sglpatch apply` fixes;
+3. what no patch fixes: the known gaps that always hold for the architecture.
+
+`now` is the worst of what was found (breaks, then not evaluated, then runs); `after_apply` is
+the same once the pending patches are in: a start-up choice counts as fixed by a patch only
+when the resolution, run again on the patched source, gives a backend the table does not rule
+out on that part. A step that could not be evaluated makes the row "not evaluated", never
+"runs".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+from packaging.version import Version
+
+from sglpatch.doctor import census, coverage, known_gaps, pending
+from sglpatch.doctor.facts import kernel_support
+from sglpatch.doctor.read.source_tree import Source
+from sglpatch.doctor.report import ModelRow
+from sglpatch.doctor.resolve import Outcome, ReleaseFiles, run_whole, tree_files
+from sglpatch.doctor.resolve.survey import Key, again
+from sglpatch.doctor.resolve.variants import Variant
+from sglpatch.results import Failed
+
+RUNS, BREAKS, NOT_EVALUATED = "runs", "breaks", "not evaluated"
+_WORST = (BREAKS, NOT_EVALUATED, RUNS)  # a row's status: the first of these found
+# Values that are not a kernel: "auto" is resolved later, by the layer that loads the weights;
+# "nsa"/"dsa" dispatch to the DSA prefill/decode backends, which are judged themselves.
+NOT_KERNELS = frozenset({"auto", "nsa", "dsa"})
+
+
+class _Problem(NamedTuple):
+    status: str  # BREAKS or NOT_EVALUATED
+    why: str
+    file: str | None = None
+    line: int | None = None
+    fixed_by: str | None = None  # the patch whose application removes it
+
+
+class Inputs(NamedTuple):
+    """What the rows are built from, read by diagnosis."""
+
+    release: Version
+    files: ReleaseFiles
+    forms: Mapping[str, Sequence[Variant]]
+    outcomes: Mapping[Key, Outcome]
+    scopes: Mapping[str, pending.Scope]  # per architecture, quantization left unset
+    work: Sequence[coverage.PatchCheck]
+    eagle3_fixes: frozenset[str]  # patches that add EAGLE-3 methods: not on a default path
+
+
+class Read(NamedTuple):
+    """What doctor read that the rows need."""
+
+    source: Source
+    release: Version
+    models: census.Models
+    served: Sequence[census.Registered]  # the classes judged (drafts left out)
+    surveyed: Sequence[tuple[dict[str, list[Variant]], dict[Key, Outcome]]]  # `survey.survey`'s
+
+
+def build(
+    read: Read,
+    work: Sequence[coverage.PatchCheck],
+    eagle3_fixes: frozenset[str],
+    capabilities: Sequence[str],
+) -> tuple[ModelRow, ...]:
+    """The rows of every class in `read.served`, each scoped as doctor scopes `--model`."""
+    forms = {arch: found for answer in read.surveyed for arch, found in answer[0].items()}
+    outcomes = {key: outcome for answer in read.surveyed for key, outcome in answer[1].items()}
+    scopes = {
+        r.name: pending.Scope(
+            {r.name}, pending.modules_of(read.models, [r]), {read.source.shown(r.path)}, None
+        )
+        for r in read.served
+        if r.name in forms
+    }
+    files = tree_files(read.source.package_dir)
+    inputs = Inputs(read.release, files, forms, outcomes, scopes, work, eagle3_fixes)
+    return rows(inputs, capabilities)
+
+
+def rows(inputs: Inputs, capabilities: Sequence[str]) -> tuple[ModelRow, ...]:
+    release = str(inputs.release)
+    labels = {(arch, v.label): v for arch, forms in inputs.forms.items() for v in forms}
+    reached = {pair: _reached(inputs, *pair) for pair in labels}
+    now = {key: _judge(outcome, key[2], release) for key, outcome in inputs.outcomes.items()}
+    # Each start-up patch is run alone: a problem is fixed when one of them takes it away,
+    # and what one of them brings (a choice that fails too) is added.
+    fixed: dict[Key, set[str]] = {key: set() for key in now}
+    brought: dict[Key, list[_Problem]] = {key: [] for key in now}
+    later: dict[Key, list[_Problem]] = {key: [] for key in now}
+    changed: dict[Key, list[str]] = {key: [] for key in now}
+    for check in _startup_patches(inputs.work):
+        for shown in capabilities:
+            keys = [
+                k
+                for k, found in now.items()
+                if k[2] == shown and (check in reached[k[0], k[1]] or _breaks(found))
+            ]
+            if not keys:
+                continue
+            wanted = [(k[0], labels[k[0], k[1]]) for k in keys]
+            replaced = {check.file: check.after} if check.after is not None else {}
+            outcomes = again(inputs.files, shown, replaced, wanted)
+            for key, outcome in zip(keys, outcomes, strict=True):
+                before = inputs.outcomes[key]
+                if outcome.not_evaluated or (outcome.choices, outcome.refused) == (
+                    before.choices,
+                    before.refused,
+                ):
+                    continue  # this model's start-up is not where the patch changes anything
+                patched = _judge(outcome, shown, release)
+                still = {p.why for p in patched}
+                fixed[key] |= {p.why for p in now[key] if p.why not in still}
+                was = {p.why for p in now[key]}
+                brought[key] += [p for p in patched if p.why not in was]
+                changed[key].append(check.patch.id)
+                if check in reached[key[0], key[1]] and not _breaks(now[key]):
+                    later[key].append(_Problem(BREAKS, check.patch.symptom, check.file))
+    after = {
+        key: [p for p in found if p.why not in fixed[key]] + brought[key]
+        for key, found in now.items()
+    }
+    found: list[ModelRow] = []
+    for (arch, label), variant in sorted(labels.items()):
+        rest = _later_problems(inputs, reached[arch, label])
+        for shown in capabilities:
+            key = (arch, label, shown)
+            gaps = _gaps(inputs, arch, shown)
+            found.append(
+                _row(
+                    arch,
+                    variant,
+                    shown,
+                    [*now[key], *later[key], *rest, *gaps],
+                    [*after[key], *[p for p in rest if p.fixed_by is None], *gaps],
+                    (*changed[key], *(p.fixed_by for p in rest if p.fixed_by)),
+                )
+            )
+    return tuple(found)
+
+
+def _row(
+    arch: str,
+    variant: Variant,
+    shown: str,
+    now: list[_Problem],
+    after: list[_Problem],
+    patches: Iterable[str | None],
+) -> ModelRow:
+    status, left = _worst(p.status for p in now), _worst(p.status for p in after)
+    # Why: what is left after apply, else what apply fixes.
+    first = next((p for p in after if p.status == left), None) if left != RUNS else None
+    first = first or next((p for p in now if p.status == status), None)
+    return ModelRow(
+        arch,
+        variant.quantization,
+        variant.form,
+        shown,
+        status,
+        left,
+        tuple(dict.fromkeys(p for p in patches if p)),
+        first.why if first else "",
+        first.file if first else None,
+        first.line if first else None,
+    )
+
+
+def _worst(statuses: Iterable[str]) -> str:
+    seen = set(statuses)
+    return next((s for s in _WORST if s in seen), RUNS)
+
+
+def _breaks(problems: Sequence[_Problem]) -> bool:
+    return any(p.status == BREAKS for p in problems)
+
+
+def _startup_patches(work: Sequence[coverage.PatchCheck]) -> list[coverage.PatchCheck]:
+    """Pending patches on a module the resolution runs whole, which apply."""
+    return [c for c in work if c.after is not None and not _fails(c) and _startup(c)]
+
+
+def _startup(check: coverage.PatchCheck) -> bool:
+    return run_whole(check.file[: -len(".py")].replace("/", "."))
+
+
+def _reached(inputs: Inputs, arch: str, label: str) -> list[coverage.PatchCheck]:
+    """The pending patches this checkpoint's start-up reaches with default flags, by their
+    `concerns` (doctor's blockers for it), EAGLE-3's methods aside."""
+    scope = inputs.scopes.get(arch)
+    if scope is None:
+        return []
+    variant = next(v for v in inputs.forms[arch] if v.label == label)
+    asked = scope._replace(
+        quantization=variant.quantization or "unquantized",
+        config=frozenset(("architectures", *(name for name, _ in variant.extra))),
+    )
+    work = [c for c in inputs.work if c.patch.id not in inputs.eagle3_fixes]
+    ids = {b.source for b in pending.sort(work, None, asked, inputs.release).blockers}
+    return [c for c in work if c.patch.id in ids]
+
+
+def _later_problems(inputs: Inputs, reached: Sequence[coverage.PatchCheck]) -> list[_Problem]:
+    """Step 2: the pending patches off start-up this checkpoint reaches (None: apply cannot
+    fix it, the patch fails on this tree)."""
+    return [
+        _Problem(BREAKS, c.patch.symptom, c.file, None, None if _fails(c) else c.patch.id)
+        for c in reached
+        if not _startup(c)
+    ]
+
+
+def _fails(check: coverage.PatchCheck) -> bool:
+    return isinstance(check.outcome, Failed)
+
+
+def _gaps(inputs: Inputs, arch: str, shown: str) -> list[_Problem]:
+    """Step 3: the known gaps that always hold for the architecture on this part."""
+    return [
+        _Problem(BREAKS, f"{gap.what} (no patch: {gap.fix})")
+        for gap in known_gaps.known(inputs.release, {arch}, (shown,)).blockers
+    ]
+
+
+def _judge(outcome: Outcome, shown: str, release: str) -> list[_Problem]:
+    if outcome.not_evaluated is not None:
+        return [_Problem(NOT_EVALUATED, f"start-up not evaluated: {outcome.not_evaluated}")]
+    capability = (int(shown.split(".")[0]), int(shown.split(".")[1]))
+    found = []
+    if outcome.refused is not None:
+        file, line = outcome.refused_at or (None, None)
+        found.append(_Problem(BREAKS, f"start-up refuses: {outcome.refused}", file, line))
+    where = dict((field, (file, line)) for field, file, line in outcome.where)
+    for kind, field, value in outcome.choices:
+        if value in NOT_KERNELS:
+            continue
+        name = kernel_support.gemm_name(field.split("_")[0], value) if kind == "gemm" else value
+        record = kernel_support.lookup(kind, name, release)
+        answer = None if record is None else record.judge(capability)
+        file, line = where.get(field, (None, None))
+        if answer is False and record is not None:
+            why = f"{field} = {value!r}: {kind}/{name} runs on {record.shown_range()}"
+            found.append(_Problem(BREAKS, why, file, line))
+        elif answer is None:
+            why = f"{field} = {value!r}: the kernel table does not know {kind}/{name} on {shown}"
+            found.append(_Problem(NOT_EVALUATED, why, file, line))
+    return found

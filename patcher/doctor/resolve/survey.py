@@ -1,0 +1,91 @@
+"""Every architecture asked about, in each of its variants, through the release's start-up
+resolution on each capability: the work doctor hands a worker while it scans the tree.
+
+The release's code logs, warns and sometimes prints while it resolves; all of that is kept out
+of doctor's output (it is about stand-ins, not the user's machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from sglpatch.doctor.resolve.files import ReleaseFiles, tree_files
+from sglpatch.doctor.resolve.resolution import Outcome, Resolver
+from sglpatch.doctor.resolve.variants import Variant, variants
+
+Key = tuple[str, str, str]  # (architecture, variant label, capability "12.0")
+
+
+def capability(shown: str) -> tuple[int, int]:
+    major, minor = shown.split(".")
+    return int(major), int(minor)
+
+
+def survey(
+    package_dir: Path, capabilities: Sequence[str], architectures: Sequence[str]
+) -> tuple[dict[str, list[Variant]], dict[Key, Outcome]]:
+    """For the SGLang at `package_dir`: each architecture's variants, and each one's outcome
+    on each capability (a picklable answer, for a worker)."""
+    files = tree_files(package_dir)
+    return survey_files(files, capabilities, architectures)
+
+
+def survey_files(
+    files: ReleaseFiles, capabilities: Sequence[str], architectures: Sequence[str]
+) -> tuple[dict[str, list[Variant]], dict[Key, Outcome]]:
+    forms = {arch: variants(files, arch) for arch in architectures}
+    outcomes: dict[Key, Outcome] = {}
+    with quiet():
+        for shown in capabilities:
+            resolver = Resolver(files, capability(shown))
+            for arch, found in forms.items():
+                for variant in found:
+                    outcomes[arch, variant.label, shown] = evaluate(resolver, arch, variant)
+    return forms, outcomes
+
+
+def evaluate(resolver: Resolver, arch: str, variant: Variant) -> Outcome:
+    """One checkpoint; whatever the tree does to the stand-ins (a file missing or broken, a
+    module that fails as it is run), the answer is "not evaluated" and why, never an error."""
+    try:
+        return resolver.evaluate(arch, variant.checkpoint, dict(variant.extra))
+    except Exception as error:  # the release's code, run on stand-ins: anything can go wrong
+        return Outcome(not_evaluated=f"{type(error).__name__}: {str(error)[:200]}")
+
+
+def again(
+    files: ReleaseFiles,
+    shown: str,
+    replaced: Mapping[str, bytes],
+    wanted: Sequence[tuple[str, Variant]],
+) -> list[Outcome]:
+    """The same variants on a tree with some files replaced (a patch applied in memory)."""
+    resolver = Resolver(files, capability(shown), replaced)
+    with quiet():
+        return [evaluate(resolver, arch, variant) for arch, variant in wanted]
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """The release's logging, warnings and prints, swallowed."""
+    sglang = logging.getLogger("sglang")
+    level, propagate = sglang.level, sglang.propagate
+    sglang.setLevel(logging.CRITICAL + 1)
+    sglang.propagate = False
+    sink = io.StringIO()
+    try:
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(sink),
+            contextlib.redirect_stderr(sink),
+        ):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        sglang.setLevel(level)
+        sglang.propagate = propagate

@@ -1,0 +1,91 @@
+"""The checkpoints evaluated for one architecture: its usual quantizations, and its DSA form.
+
+Every architecture in bf16 (no `quantization_config`), block FP8 and NVFP4 (`modelopt_fp4`), as a
+checkpoint's `quantization_config` names them; MXFP4 where the release's deciding code names the
+architecture with MXFP4 (GPT-OSS); and, for the architectures the release's `is_deepseek_nsa` /
+`is_deepseek_dsa` accept, the same three with `index_topk` set (DeepSeek-V3.2, GLM-5).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import re
+from typing import Any, NamedTuple
+
+from sglpatch.doctor.resolve.files import ReleaseFiles
+from sglpatch.doctor.resolve.model import CHECKPOINTS, MODEL_CONFIG
+from sglpatch.doctor.resolve.sandbox import run_whole
+
+USUAL = ("bf16", "fp8", "modelopt_fp4")
+DSA_TOPK = 2048  # DeepSeek-V3.2's index_topk; any value makes the model a DSA one
+
+
+class Variant(NamedTuple):
+    """One checkpoint of an architecture: its quantization as CHECKPOINTS names it, and the
+    hf_config attributes beside `architectures`."""
+
+    checkpoint: str  # a key of CHECKPOINTS: bf16, fp8, modelopt_fp4, mxfp4
+    form: str | None = None  # "dsa": the DSA form
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def quantization(self) -> str | None:
+        """As SGLang names it (`ModelConfig.quantization`); None: unquantized."""
+        return CHECKPOINTS[self.checkpoint][1]
+
+    @property
+    def label(self) -> str:
+        return f"{self.checkpoint} DSA" if self.form == "dsa" else self.checkpoint
+
+
+def variants(files: ReleaseFiles, arch: str) -> list[Variant]:
+    checkpoints = list(USUAL)
+    text = _deciding_text(files)
+    # MXFP4 where the deciding code names the architecture and MXFP4 (GPT-OSS).
+    if f'"{arch}"' in text and re.search(rf'"{arch}"(?s:.{{0,4000}})mxfp4', text):
+        checkpoints.append("mxfp4")
+    found = [Variant(c) for c in checkpoints]
+    if arch in dsa_architectures(files):
+        found += [Variant(c, "dsa", (("index_topk", DSA_TOPK),)) for c in USUAL]
+    return found
+
+
+@functools.lru_cache(maxsize=8)
+def _deciding_text(files: ReleaseFiles) -> str:
+    paths = [
+        p
+        for folder in ("sglang/srt/arg_groups/",)
+        for p in files.below(folder)
+        if run_whole(p[:-3].replace("/", "."))
+    ]
+    paths += [p for p in ("sglang/srt/server_args.py",) if files.exists(p)]
+    texts = []
+    for path in paths:
+        with contextlib.suppress(KeyError):
+            texts.append(files.read(path).decode(errors="replace"))
+    return "\n".join(texts)
+
+
+@functools.lru_cache(maxsize=8)
+def dsa_architectures(files: ReleaseFiles) -> frozenset[str]:
+    """Architectures the release's is_deepseek_nsa / is_deepseek_dsa accept (with index_topk)."""
+    found: set[str] = set()
+    try:
+        tree = files.tree(MODEL_CONFIG)
+    except (KeyError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return frozenset()  # then the resolution itself says why it cannot be evaluated
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in (
+            "is_deepseek_nsa",
+            "is_deepseek_dsa",
+        ):
+            found |= {
+                c.value
+                for c in ast.walk(node)
+                if isinstance(c, ast.Constant)
+                and isinstance(c.value, str)
+                and c.value[:1].isupper()
+            }
+    return frozenset(found)

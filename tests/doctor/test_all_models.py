@@ -1,0 +1,162 @@
+"""`sglpatch doctor --all-models` (issue #33): one row per architecture, checkpoint and part,
+judged through the release's own start-up code, the catalogue's pending patches and the known
+gaps, on real release trees; the rows after `sglpatch apply` are the rows' own `after_apply`;
+`--model X` carries the same rows as `--all-models`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sglpatch import api
+from sglpatch.cli import app
+from sglpatch.doctor import ModelRow
+from sglpatch.errors import ExitCode
+from tests.support import wheels
+from tests.support.releases import SEED
+
+pytestmark = pytest.mark.wheel
+
+PARTS = ("12.0", "12.1")
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[ModelRow, ...]]:
+    folder = tmp_path_factory.mktemp("all-models")
+    found = {}
+    for release in (SEED, "0.5.16", "0.5.23"):
+        site = wheels.full_tree(release, folder / release)
+        report = api.diagnose(site, all_models=True, capability=None)
+        assert report.diagnosis.rows is not None
+        found[release] = report.diagnosis.rows
+    return found
+
+
+def one(rows: Sequence[ModelRow], arch: str, quantization: str | None, form: str | None = None,
+        part: str = "12.0") -> ModelRow:  # fmt: skip
+    (row,) = [
+        r
+        for r in rows
+        if (r.architecture, r.quantization, r.form, r.capability)
+        == (arch, quantization, form, part)
+    ]
+    return row
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_examples_on_the_seed(rows: dict[str, tuple[ModelRow, ...]], part: str) -> None:
+    seed = rows[SEED]
+    # GPT-OSS MXFP4: the start-up gives trtllm-gen MXFP4 MoE (SM100 only), where the release
+    # sets it; sm120-mxfp4-moe-backend changes that choice to one that runs.
+    gpt_oss = one(seed, "GptOssForCausalLM", "mxfp4", part=part)
+    assert (gpt_oss.now, gpt_oss.after_apply) == ("breaks", "runs")
+    assert "flashinfer_mxfp4" in gpt_oss.why and gpt_oss.file == "sglang/srt/server_args.py"
+    assert gpt_oss.line and "sm120-mxfp4-moe-backend" in gpt_oss.patches
+    # Block FP8 at run time: DeepGEMM, then FlashInfer trtllm (the two patches).
+    llama = one(seed, "LlamaForCausalLM", "fp8", part=part)
+    assert (llama.now, llama.after_apply) == ("breaks", "runs")
+    assert {"sm120-deep-gemm-off", "sm120-fp8-block-gemm-triton"} <= set(llama.patches)
+    assert one(seed, "LlamaForCausalLM", None, part=part).now == "runs"
+    # The hybrid-GDN assertion stops Qwen3-Next at start-up.
+    qwen = one(seed, "Qwen3NextForCausalLM", None, part=part)
+    assert (qwen.now, qwen.after_apply, qwen.patches) == (
+        "breaks",
+        "runs",
+        ("sm120-hybrid-gdn-backend",),
+    )
+    # DSA: the backends and the indexer's DeepGEMM calls; the same class without index_topk
+    # (DeepSeek-V3) is MLA, and no DSA patch is on its path.
+    dsa = one(seed, "DeepseekV3ForCausalLM", None, "dsa", part)
+    assert (dsa.now, dsa.after_apply) == ("breaks", "runs")
+    assert {"sm120-dsa-backends", "sm120-dsa-indexer-torch-logits"} <= set(dsa.patches)
+    plain = one(seed, "DeepseekV3ForCausalLM", None, part=part)
+    assert plain.now == "runs" and not plain.patches
+
+
+def test_load_time_auto_and_what_apply_cannot_fix(rows: dict[str, tuple[ModelRow, ...]]) -> None:
+    # 0.5.16: NVFP4 MoE turns `auto` into trtllm-gen when it loads the weights; the patch makes
+    # the start-up choose a backend that runs on 12, which the resolution shows.
+    nvfp4 = one(rows["0.5.16"], "DeepseekV3ForCausalLM", "modelopt_fp4")
+    assert (nvfp4.now, nvfp4.after_apply) == ("breaks", "runs")
+    assert nvfp4.patches == ("sm120-nvfp4-moe-checkpoint-quant",)
+    # 0.5.23: IQuestQ1 requires FA3, which has no capability-12 build: no patch, breaks after.
+    iquest = one(rows["0.5.23"], "IQuestQ1ForCausalLM", None)
+    assert (iquest.now, iquest.after_apply) == ("breaks", "breaks")
+    assert "fa3" in iquest.why and not iquest.patches
+    olmo = one(rows["0.5.23"], "Olmo2ForCausalLM", None, part="12.1")
+    assert (olmo.now, olmo.after_apply, olmo.patches) == (
+        "breaks",
+        "runs",
+        ("sm120-olmo-fa3-fallback",),
+    )
+
+
+def test_not_evaluated_is_never_runs(rows: dict[str, tuple[ModelRow, ...]]) -> None:
+    for release, found in rows.items():
+        for row in found:
+            assert row.capability in PARTS
+            if row.now == "not evaluated":
+                assert row.after_apply == "not evaluated" and row.why, (release, row)
+            if row.now == "runs":
+                assert row.after_apply == "runs" and not row.patches, (release, row)
+        # EXAONE 4 reads `sliding_window_pattern` without a default: not evaluated, and why.
+        if release == "0.5.23":
+            exaone = one(found, "Exaone4ForCausalLM", None)
+            assert exaone.now == "not evaluated" and "sliding_window_pattern" in exaone.why
+
+
+def test_after_apply_the_rows_are_the_after_apply(tmp_path: Path) -> None:
+    site = wheels.full_tree(SEED, tmp_path / SEED)
+    before = api.diagnose(site, all_models=True).diagnosis.rows
+    api.apply(site, None)
+    after = api.diagnose(site, all_models=True).diagnosis.rows
+    assert before is not None and after is not None
+    expected = {r[:4]: r.after_apply for r in before}
+    assert {r[:4]: r.now for r in after} == expected
+    assert not any(r.patches for r in after)
+
+
+@pytest.mark.parametrize(
+    ("release", "model"),
+    [
+        (SEED, "gpt_oss"),
+        (SEED, "qwen3_next"),
+        (SEED, "deepseek_v2"),
+        ("0.5.23", "iquest_q1"),
+        ("0.5.23", "exaone4"),
+        ("0.5.23", "olmo2"),
+    ],
+)
+def test_model_rows_are_the_all_models_rows(
+    rows: dict[str, tuple[ModelRow, ...]], tmp_path: Path, release: str, model: str
+) -> None:
+    site = wheels.full_tree(release, tmp_path / release)
+    asked = api.diagnose(site, model).diagnosis
+    assert asked.rows
+    names = {r.architecture for r in asked.rows}
+    assert [r for r in rows[release] if r.architecture in names] == list(asked.rows)
+
+
+def test_cli_table_and_json(rows: dict[str, tuple[ModelRow, ...]], tmp_path: Path) -> None:
+    site = wheels.full_tree(SEED, tmp_path / SEED)
+    runner = CliRunner()
+    shown = runner.invoke(app, ["doctor", "--target", str(site), "--all-models"])
+    assert shown.exit_code == ExitCode.GAPS, shown.output
+    line = next(s for s in shown.stdout.splitlines() if s.strip().startswith("GptOssForCausalLM"))
+    assert line.split()[1:] == ["runs", "apply", "runs", "apply"]  # bf16 fp8 nvfp4 mxfp4
+    assert "Models on 12.0 and 12.1 (SGLang 0.5.9, default flags;" in shown.stdout
+    data = json.loads(
+        runner.invoke(app, ["doctor", "--target", str(site), "--all-models", "--json"]).stdout
+    )
+    assert data["schema"] == 3
+    assert [ModelRow(**r) for r in data["models"]] == [
+        r._replace(patches=list(r.patches))
+        for r in rows[SEED]  # type: ignore[arg-type]
+    ]
+    refused = runner.invoke(app, ["doctor", "--target", str(site), "--all-models", "-m", "x"])
+    assert refused.exit_code == ExitCode.USAGE
+    assert "--all-models" in refused.output and "Traceback" not in refused.output
