@@ -204,17 +204,15 @@ _WHERE: dict[str, tuple[str, int]] = {}  # the evaluation under way's (one at a 
 def _traced(cls: type) -> type:
     """`cls` noting in `_WHERE` the release's line that sets each field the census reads (one
     class per release: a new class per evaluation would empty Python's method caches)."""
-    setter: Callable[[Any, str, Any], None] = cls.__setattr__
-
     def __setattr__(self: Any, name: str, value: Any) -> None:
         if name in _WATCHED:
             frame = sys._getframe(1)
             code = frame.f_code
             if code.co_filename.startswith("sglang/") and code.co_name not in _COPIERS:
                 _WHERE[name] = (code.co_filename, frame.f_lineno)
-        setter(self, name, value)
+        super(traced, self).__setattr__(name, value)
 
-    traced: type = type(cls.__name__, (cls,), {"__setattr__": __setattr__})
+    traced = type(cls.__name__, (cls,), {"__setattr__": __setattr__})
     traced.__module__ = cls.__module__
     traced.__qualname__ = cls.__qualname__
     return traced
