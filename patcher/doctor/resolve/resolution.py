@@ -204,15 +204,16 @@ _WHERE: dict[str, tuple[str, int]] = {}  # the evaluation under way's (one at a 
 def _traced(cls: type) -> type:
     """`cls` noting in `_WHERE` the release's line that sets each field the census reads (one
     class per release: a new class per evaluation would empty Python's method caches)."""
-    def __setattr__(self: Any, name: str, value: Any) -> None:
-        if name in _WATCHED:
-            frame = sys._getframe(1)
-            code = frame.f_code
-            if code.co_filename.startswith("sglang/") and code.co_name not in _COPIERS:
-                _WHERE[name] = (code.co_filename, frame.f_lineno)
-        super(traced, self).__setattr__(name, value)
+    class Traced(cls):  # type: ignore[misc]
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name in _WATCHED:
+                frame = sys._getframe(1)
+                code = frame.f_code
+                if code.co_filename.startswith("sglang/") and code.co_name not in _COPIERS:
+                    _WHERE[name] = (code.co_filename, frame.f_lineno)
+            super().__setattr__(name, value)
 
-    traced = type(cls.__name__, (cls,), {"__setattr__": __setattr__})
+    traced: type = Traced
     traced.__module__ = cls.__module__
     traced.__qualname__ = cls.__qualname__
     return traced
