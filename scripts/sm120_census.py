@@ -1,14 +1,9 @@
 #!/usr/bin/env python3
-"""A census at capability 12 of each release's own backend choices (issue #19 point 2).
+"""A census at capability 12: which models run on 12.0 and 12.1, per release (issue #33).
 
-For every model architecture a release registers (EntryClass in sglang/srt/models/*.py, draft
-models left out) and its usual quantizations, runs the release's own default-flag ServerArgs
-resolution (tests/support/census.py: `_handle_model_specific_adjustments`, the attention
-default, `_handle_moe_kernel_config`, or their 0.5.19+ hooks and override passes) on stand-in
-devices of capability 12.0, 12.1 and 10.0, and judges each backend 12 gets with the
-kernel-support table (`sglpatch.doctor.facts.kernel_support.runs_on`). One row per gap, grouped,
-with a verdict: a catalogue patch that changes the decision (the decision is run again on the
-patched source), or "needs a kernel or wheel", or "not a gap" with why.
+For every release listed, its wheel is extracted and `sglpatch doctor --all-models` is run on it
+for both parts (scripts/census/cells.py); the rows are written as docs/sm120-census.md
+(scripts/census/document.py). The document is doctor's own answer, not a second evaluator.
 
     .venv/bin/python scripts/sm120_census.py                 # regenerate docs/sm120-census.md
     .venv/bin/python scripts/sm120_census.py --check         # exit 1 if the document is stale
@@ -29,12 +24,11 @@ if not __package__:  # run as a file: run as the module instead (scripts/__init_
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))
     os.execv(sys.executable, [sys.executable, "-m", "scripts.sm120_census", *sys.argv[1:]])
 
-from scripts.census.cells import run
-from scripts.census.document import document
-from scripts.census.gaps import gaps
+from scripts.census.cells import rows
+from scripts.census.document import document, section
 
 # What the tests reach through this module, besides `main`, `OUT` and `_quiet`.
-__all__ = ["gaps", "main", "run"]
+__all__ = ["document", "main", "rows", "section"]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -57,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     _quiet()
     releases = [r.strip() for r in options.releases.split(",") if r.strip()]
     started = time.monotonic()
-    cells = [cell for release in releases for cell in run(release)]
-    text = document(releases, cells)
+    found = {release: rows(release) for release in releases}
+    text = document(releases, found)
     if options.check:
         current = options.out.read_text() if options.out.exists() else ""
         if current != text:
@@ -66,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     options.out.write_text(text)
-    print(f"wrote {options.out} ({len(cells)} evaluations, {time.monotonic() - started:.0f} s)")
+    count = sum(len(r) for r in found.values())
+    print(f"wrote {options.out} ({count} rows, {time.monotonic() - started:.0f} s)")
     return 0
 
 

@@ -1,6 +1,7 @@
-"""The capability-12 census (scripts/sm120_census.py) on real releases: it finds known gaps,
-stops finding them once the catalogue's patch is applied in memory, gives 10.0 what the code
-gives 10.0, and its document is current."""
+"""The start-up resolution the census and `doctor --all-models` share (`sglpatch.doctor.resolve`)
+on real releases: it finds known gaps, stops finding them once the catalogue's patch is applied
+in memory, gives 10.0 what the code gives 10.0; and the census document (scripts/sm120_census.py)
+is doctor's rows."""
 
 from __future__ import annotations
 
@@ -63,23 +64,6 @@ def test_a_known_gap_is_found_and_gone_once_patched(
     assert support.runs_on(kind, patched, capability, release=SEED) is True
 
 
-def test_the_census_reports_them_with_the_patch_as_verdict() -> None:
-    module = script()
-    cells = [
-        cell
-        for cell in module.run(SEED)
-        if cell.arch in {"Olmo2ForCausalLM", "GptOssForCausalLM", "LlamaForCausalLM"}
-    ]
-    found = {(g.arch, g.variant, g.value): g.verdict for g in module.gaps(cells)[0]}
-    assert found[("Olmo2ForCausalLM", "bf16", "fa3")].startswith(
-        "forward-fixed by sm120-olmo-fa3-fallback"
-    )
-    assert found[("GptOssForCausalLM", "mxfp4", "flashinfer_mxfp4")].startswith(
-        "forward-fixed by sm120-mxfp4-moe-backend"
-    )
-    assert not [key for key in found if key[0] == "LlamaForCausalLM"]  # flashinfer runs on 12
-
-
 def test_capability_10_gets_what_the_code_gives_it() -> None:
     script()
     blackwell = census.Release(SEED, (10, 0))
@@ -100,19 +84,16 @@ def test_a_stand_in_the_code_decides_with_is_reported_not_guessed() -> None:
     assert outcome.choices == () and "sliding_window_pattern" in (outcome.not_evaluated or "")
 
 
-def test_the_document_is_current_for_the_seed_release() -> None:
+def test_the_document_is_doctors_rows_for_the_seed_release() -> None:
+    """The census is `doctor --all-models` on the wheel: its seed section is those rows."""
     module = script()
     text = module.OUT.read_text()
-    listed = re.search(r"^Releases: (.*)\. Evaluations", text, re.M)
+    listed = re.search(r"^Releases: (.*)\.$", text, re.M)
     assert listed is not None and SEED in listed.group(1).split(", ")
-    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| 0.5")]
-    rows = [r for r in rows if len(r) == 8]  # the gap table's rows
-    seed_rows = {(r[1], r[2], r[3]) for r in rows if SEED in r[0].lstrip("| ").split(", ")}
-    documented = {
-        (arch, variant, gets) for archs, variant, gets in seed_rows for arch in archs.split(", ")
-    }
-    fresh = {
-        (g.arch, g.variant, f"{g.kind} `{g.value}` ({g.field})")
-        for g in module.gaps(module.run(SEED))[0]
-    }
-    assert fresh and fresh == documented
+    rows = module.rows(SEED)
+    fresh = module.document([SEED], {SEED: rows})
+    counts = next(line for line in fresh.splitlines() if line.startswith(f"| {SEED} |"))
+    assert counts in text.splitlines()
+    section = "\n".join(module.section(SEED, rows))
+    assert section in text
+    assert "sm120-mxfp4-moe-backend" in section and "GptOssForCausalLM" in section

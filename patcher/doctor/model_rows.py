@@ -27,6 +27,7 @@ from packaging.version import Version
 
 from sglpatch.doctor import census, coverage, known_gaps, pending
 from sglpatch.doctor.facts import kernel_support
+from sglpatch.doctor.facts.model_configs import EVERY_MODEL, family
 from sglpatch.doctor.read.source_tree import Source
 from sglpatch.doctor.report import ModelRow
 from sglpatch.doctor.resolve import Outcome, ReleaseFiles, run_whole, tree_files
@@ -96,7 +97,10 @@ def rows(inputs: Inputs, capabilities: Sequence[str]) -> tuple[ModelRow, ...]:
     release = str(inputs.release)
     labels = {(arch, v.label): v for arch, forms in inputs.forms.items() for v in forms}
     reached = {pair: _reached(inputs, *pair) for pair in labels}
-    now = {key: _judge(outcome, key[2], release) for key, outcome in inputs.outcomes.items()}
+    now = {
+        key: _judge(outcome, key[2], release) + _unrecorded(outcome, key[0], labels[key[:2]])
+        for key, outcome in inputs.outcomes.items()
+    }
     # Each start-up patch is run alone: a problem is fixed when one of them takes it away,
     # and what one of them brings (a choice that fails too) is added.
     fixed: dict[Key, set[str]] = {key: set() for key in now}
@@ -211,6 +215,26 @@ def _reached(inputs: Inputs, arch: str, label: str) -> list[coverage.PatchCheck]
     work = [c for c in inputs.work if c.patch.id not in inputs.eagle3_fixes]
     ids = {b.source for b in pending.sort(work, None, asked, inputs.release).blockers}
     return [c for c in work if c.patch.id in ids]
+
+
+def _unrecorded(outcome: Outcome, arch: str, variant: Variant) -> list[_Problem]:
+    """The release read a field of this model's config.json that the stand-in did not carry,
+    and that no published config of its family recorded: the code's default was taken, which
+    the real checkpoint may not leave it (the row is not evaluated)."""
+    recorded = family(arch, dsa=variant.form == "dsa")
+    known = set(recorded.config) if recorded else set()
+    if variant.form is None:
+        known.add("index_topk")  # its absence is what makes this the form without DSA
+    names = [
+        name
+        for name in (a.split(".", 1)[1] for a in outcome.absent if a.startswith("hf_config."))
+        if name not in EVERY_MODEL and name not in known
+    ]
+    if not names or outcome.not_evaluated:
+        return []
+    shown = ", ".join(names)
+    why = f"start-up read {shown} of the model's config, which is not recorded for its family"
+    return [_Problem(NOT_EVALUATED, why + " (facts/model_configs.json): the default was taken")]
 
 
 def _later_problems(inputs: Inputs, reached: Sequence[coverage.PatchCheck]) -> list[_Problem]:

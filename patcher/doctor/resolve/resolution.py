@@ -90,6 +90,9 @@ class Outcome:
     # field set through 0.5.19+'s declarations is not traced.
     where: tuple[tuple[str, str, int], ...] = ()
     refused_at: tuple[str, int] | None = None  # the release's line that raised the refusal
+    # The model's attributes the release asked for and the stand-in config lacked
+    # ("hf_config.learnable_sink"): where the code had a default, it took it.
+    absent: tuple[str, ...] = ()
 
 
 class Resolver:
@@ -189,7 +192,13 @@ class Resolver:
                 elif value is not None:
                     return Outcome(not_evaluated=f"{name} resolved to {value!r}")
         traced = tuple((name, *where[name]) for _, name, _ in choices if name in where)
-        return Outcome(tuple(choices), refused, where=traced, refused_at=refused_at)
+        return Outcome(
+            tuple(choices),
+            refused,
+            where=traced,
+            refused_at=refused_at,
+            absent=tuple(MISSING.names),
+        )
 
 
 # 0.5.16+ functions that copy declared values onto the fields: not where a choice is made.
@@ -204,6 +213,7 @@ _WHERE: dict[str, tuple[str, int]] = {}  # the evaluation under way's (one at a 
 def _traced(cls: type) -> type:
     """`cls` noting in `_WHERE` the release's line that sets each field the census reads (one
     class per release: a new class per evaluation would empty Python's method caches)."""
+
     class Traced(cls):  # type: ignore[misc]
         def __setattr__(self, name: str, value: Any) -> None:
             if name in _WATCHED:

@@ -3,7 +3,8 @@
 Every architecture in bf16 (no `quantization_config`), block FP8 and NVFP4 (`modelopt_fp4`), as a
 checkpoint's `quantization_config` names them; MXFP4 where the release's deciding code names the
 architecture with MXFP4 (GPT-OSS); and, for the architectures the release's `is_deepseek_nsa` /
-`is_deepseek_dsa` accept, the same three with `index_topk` set (DeepSeek-V3.2, GLM-5).
+`is_deepseek_dsa` accept, the same three with `index_topk` set (DeepSeek-V3.2, GLM-5). Where
+the family's published config.json is recorded (`facts/model_configs.json`), its fields are set.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import functools
 import re
 from typing import Any, NamedTuple
 
+from sglpatch.doctor.facts.model_configs import Family, family
 from sglpatch.doctor.resolve.files import ReleaseFiles
 from sglpatch.doctor.resolve.model import CHECKPOINTS, MODEL_CONFIG
 from sglpatch.doctor.resolve.sandbox import run_whole
@@ -46,10 +48,19 @@ def variants(files: ReleaseFiles, arch: str) -> list[Variant]:
     # MXFP4 where the deciding code names the architecture and MXFP4 (GPT-OSS).
     if f'"{arch}"' in text and re.search(rf'"{arch}"(?s:.{{0,4000}})mxfp4', text):
         checkpoints.append("mxfp4")
-    found = [Variant(c) for c in checkpoints]
+    plain = family(arch, dsa=False)
+    fields = _fields(plain) if plain else ()
+    found = [Variant(c, None, fields) for c in checkpoints]
     if arch in dsa_architectures(files):
-        found += [Variant(c, "dsa", (("index_topk", DSA_TOPK),)) for c in USUAL]
+        dsa = family(arch, dsa=True)
+        fields = _fields(dsa) if dsa else (("index_topk", DSA_TOPK),)
+        found += [Variant(c, "dsa", fields) for c in USUAL]
     return found
+
+
+def _fields(recorded: Family) -> tuple[tuple[str, Any], ...]:
+    """The family's published fields, but its quantization: each checkpoint sets its own."""
+    return tuple((k, v) for k, v in recorded.set_fields().items() if k != "quantization_config")
 
 
 @functools.lru_cache(maxsize=8)
