@@ -102,7 +102,8 @@ def _table(
         shown = "/".join(r.capability for r in found)
         checkpoint = (quantization or "bf16") + (" DSA" if form == "dsa" else "")
         for row in found:
-            groups[(*reason(row), checkpoint, shown)].add(arch)
+            group = (*reason(row), checkpoint, shown)
+            groups[group].add(arch)
     if not groups:
         return ["", f"### {title}", "", "None."]
     head = f"| architectures | checkpoint | parts | {' | '.join(columns)} |"

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from sglpatch import api
 from sglpatch.cli import app
 from sglpatch.doctor import ModelRow
+from sglpatch.doctor.facts import model_configs
 from sglpatch.errors import ExitCode
 from tests.support import wheels
 from tests.support.releases import SEED
@@ -103,10 +104,30 @@ def test_not_evaluated_is_never_runs(rows: dict[str, tuple[ModelRow, ...]]) -> N
                 assert row.after_apply == "not evaluated" and row.why, (release, row)
             if row.now == "runs":
                 assert row.after_apply == "runs" and not row.patches, (release, row)
-        # EXAONE 4 reads `sliding_window_pattern` without a default: not evaluated, and why.
+        # MiniCPM-SALA's start-up reads two fields of its config that no published config
+        # records (transformers computes them): the default would be a guess, so not evaluated.
         if release == "0.5.23":
-            exaone = one(found, "Exaone4ForCausalLM", None)
-            assert exaone.now == "not evaluated" and "sliding_window_pattern" in exaone.why
+            sala = one(found, "MiniCPMSALAForCausalLM", None)
+            assert sala.now == "not evaluated" and "has_minicpm_sparse_attention" in sala.why
+
+
+def test_the_published_configs_decide(rows: dict[str, tuple[ModelRow, ...]]) -> None:
+    """facts/model_configs.json: EXAONE 4's `sliding_window_pattern` (read without a default)
+    and HunYuan-V4's `learnable_sink` (read with the default False) change the answer."""
+    exaone = one(rows["0.5.23"], "Exaone4ForCausalLM", None)
+    assert (exaone.now, exaone.after_apply, exaone.patches) == (
+        "breaks",
+        "runs",
+        ("sm120-exaone-fa3-fallback",),
+    )
+    assert "fa3" in exaone.why
+    # 0.5.9 asserts one of fa3/triton/trtllm_mha for a sliding-window EXAONE; 12 has flashinfer.
+    old = one(rows[SEED], "Exaone4ForCausalLM", None)
+    assert (old.now, old.after_apply) == ("breaks", "breaks") and "refuses" in old.why
+    assert old.file == "sglang/srt/server_args.py" and old.line
+    # The sink picks flashmla_sparse, whose SM120 port the table has not judged.
+    sink = one(rows["0.5.23"], "HYV4ForCausalLM", None, "dsa")
+    assert sink.after_apply == "not evaluated" and "flashmla_sparse" in sink.why
 
 
 def test_after_apply_the_rows_are_the_after_apply(tmp_path: Path) -> None:
@@ -160,3 +181,26 @@ def test_cli_table_and_json(rows: dict[str, tuple[ModelRow, ...]], tmp_path: Pat
     refused = runner.invoke(app, ["doctor", "--target", str(site), "--all-models", "-m", "x"])
     assert refused.exit_code == ExitCode.USAGE
     assert "--all-models" in refused.output and "Traceback" not in refused.output
+
+
+# Fields the release reads of a recorded family that no published config we found holds (the
+# source says why): their rows stay "not evaluated". Any other read field a record lacks fails.
+UNSOURCED = {
+    "HYV4ForCausalLM": {"index_kpool", "index_topk_freq", "index_topk_pattern"},
+    "MiniCPMSALAForCausalLM": {"has_minicpm_sparse_attention", "has_lightning_layers"},
+}
+
+
+def test_a_recorded_family_records_every_field_read(
+    rows: dict[str, tuple[ModelRow, ...]],
+) -> None:
+    recorded = {a for f in model_configs.families() for a in f.architectures}
+    for release, found in rows.items():
+        for row in found:
+            if row.architecture not in recorded:
+                continue
+            assert "the stand-in hf_config has no" not in row.why, (release, row)
+            if "not recorded" not in row.why:
+                continue
+            read = set(row.why.split("start-up read ", 1)[1].split(" of ", 1)[0].split(", "))
+            assert read <= UNSOURCED.get(row.architecture, set()), (release, row)

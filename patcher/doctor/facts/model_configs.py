@@ -16,7 +16,13 @@ from typing import Any, NamedTuple
 # Attributes the releases ask of every model, absent from most published configs: their default
 # is what a checkpoint without them gets, so reading one is no reason to doubt a row.
 EVERY_MODEL = frozenset(
-    {"layer_types", "linear_attn_config", "dual_chunk_attention_config", "quantization_config"}
+    {
+        "layer_types",
+        "linear_attn_config",
+        "dual_chunk_attention_config",
+        "quantization_config",
+        "text_config",
+    }
 )
 
 

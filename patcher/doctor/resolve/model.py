@@ -30,7 +30,14 @@ class StandInConfig:
     """A Hugging Face config holding just the attributes given; others raise AttributeError."""
 
     def __init__(self, **attributes: Any) -> None:
-        self.__dict__.update(attributes)
+        # A nested config (text_config, vision_config) is an object, as transformers makes it;
+        # quantization_config stays the dict SGLang reads.
+        self.__dict__.update(
+            {
+                k: StandInConfig(**v) if isinstance(v, dict) and _nested(k) else v
+                for k, v in attributes.items()
+            }
+        )
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -42,7 +49,12 @@ class StandInConfig:
         return dict(self.__dict__)
 
     def get_text_config(self) -> StandInConfig:
-        return self
+        text = self.__dict__.get("text_config")
+        return text if isinstance(text, StandInConfig) else self
+
+
+def _nested(key: str) -> bool:
+    return key.endswith("_config") and key != "quantization_config"
 
 
 MISSING = Consulted()  # model attributes the code under test asked for and we do not model
