@@ -98,7 +98,8 @@ def diagnose(
         read = _read(
             source, package_dir, release, patches, paths, names, helpers, say, workers, rows_for
         )
-        workers.finish()  # they end while what they found is judged here
+        if not read.survey:
+            workers.finish()  # they end while what they found is judged here
         work = coverage.pending(read.checks)
         covered, gone = _covered(source, helpers, read, work)
         reports = tuple(
@@ -106,6 +107,20 @@ def diagnose(
             for r in read.registered
             if not r.excluded
         )
+        rows = None
+        if read.survey and release is not None:  # the workers run the resolution again
+            say("judging each model on 12.0 and 12.1")
+            served = [r for r in read.registered if not _is_draft(r)]
+            rows = model_rows.build(
+                model_rows.Read(
+                    source, release, read.models, served, [t.result() for t in read.survey]
+                ),
+                work,
+                frozenset(r.fixed_by for r in reports if r.fixed_by),
+                capabilities,
+                workers.run,
+            )
+            workers.finish()
         every = [  # a patch in the tree keeps 12 out of the function holding it
             s._replace(outcome=judged.HARMLESS) if s.finding in gone else s
             for s in _judged(read.findings, covered, release, capabilities)
@@ -120,18 +135,6 @@ def diagnose(
         blockers += missing_methods(reports)
     if strict:
         blockers += [_as_blocker(s) for s in suspects]
-    rows = None
-    if read.survey and release is not None:
-        say("judging each model on 12.0 and 12.1")
-        served = [r for r in read.registered if not _is_draft(r)]
-        rows = model_rows.build(
-            model_rows.Read(
-                source, release, read.models, served, [t.result() for t in read.survey]
-            ),
-            work,
-            frozenset(r.fixed_by for r in reports if r.fixed_by),
-            capabilities,
-        )
     environment = beside() if beside is not None else None
     if environment is not None:  # its missing requirements first, the kernels last
         blockers = [*environment.missing, *blockers, *environment.failing]

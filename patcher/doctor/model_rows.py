@@ -20,8 +20,8 @@ out on that part. A step that could not be evaluated makes the row "not evaluate
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple, Protocol
 
 from packaging.version import Version
 
@@ -30,8 +30,8 @@ from sglpatch.doctor.facts import kernel_support
 from sglpatch.doctor.facts.model_configs import EVERY_MODEL, family
 from sglpatch.doctor.read.source_tree import Source
 from sglpatch.doctor.report import ModelRow
-from sglpatch.doctor.resolve import Outcome, ReleaseFiles, run_whole, tree_files
-from sglpatch.doctor.resolve.survey import Key, again
+from sglpatch.doctor.resolve import Outcome, run_whole
+from sglpatch.doctor.resolve.survey import Key, again_at
 from sglpatch.doctor.resolve.variants import Variant
 from sglpatch.results import Failed
 
@@ -40,6 +40,12 @@ _WORST = (BREAKS, NOT_EVALUATED, RUNS)  # a row's status: the first of these fou
 # Values that are not a kernel: "auto" is resolved later, by the layer that loads the weights;
 # "nsa"/"dsa" dispatch to the DSA prefill/decode backends, which are judged themselves.
 NOT_KERNELS = frozenset({"auto", "nsa", "dsa"})
+
+
+class Later(Protocol):
+    """Work handed over: its answer when asked."""
+
+    def result(self) -> list[Outcome]: ...
 
 
 class _Problem(NamedTuple):
@@ -54,7 +60,9 @@ class Inputs(NamedTuple):
     """What the rows are built from, read by diagnosis."""
 
     release: Version
-    files: ReleaseFiles
+    # Runs `survey.again_at(package_dir, ...)`, in a worker where there is one: an object whose
+    # result() is the outcomes.
+    again: Callable[[str, Mapping[str, bytes], Sequence[tuple[str, Variant]]], Later]
     forms: Mapping[str, Sequence[Variant]]
     outcomes: Mapping[Key, Outcome]
     scopes: Mapping[str, pending.Scope]  # per architecture, quantization left unset
@@ -77,8 +85,10 @@ def build(
     work: Sequence[coverage.PatchCheck],
     eagle3_fixes: frozenset[str],
     capabilities: Sequence[str],
+    submit: Callable[..., Later],
 ) -> tuple[ModelRow, ...]:
-    """The rows of every class in `read.served`, each scoped as doctor scopes `--model`."""
+    """The rows of every class in `read.served`, each scoped as doctor scopes `--model`;
+    `submit(fn, *args)` runs the resolution again for the start-up patches (a pool's `run`)."""
     forms = {arch: found for answer in read.surveyed for arch, found in answer[0].items()}
     outcomes = {key: outcome for answer in read.surveyed for key, outcome in answer[1].items()}
     scopes = {
@@ -88,8 +98,14 @@ def build(
         for r in read.served
         if r.name in forms
     }
-    files = tree_files(read.source.package_dir)
-    inputs = Inputs(read.release, files, forms, outcomes, scopes, work, eagle3_fixes)
+    package_dir = read.source.package_dir
+
+    def again(
+        shown: str, replaced: Mapping[str, bytes], wanted: Sequence[tuple[str, Variant]]
+    ) -> Later:
+        return submit(again_at, package_dir, shown, replaced, wanted)
+
+    inputs = Inputs(read.release, again, forms, outcomes, scopes, work, eagle3_fixes)
     return rows(inputs, capabilities)
 
 
@@ -107,6 +123,7 @@ def rows(inputs: Inputs, capabilities: Sequence[str]) -> tuple[ModelRow, ...]:
     brought: dict[Key, list[_Problem]] = {key: [] for key in now}
     later: dict[Key, list[_Problem]] = {key: [] for key in now}
     changed: dict[Key, list[str]] = {key: [] for key in now}
+    batches = []  # all handed over first: the workers run them side by side
     for check in _startup_patches(inputs.work):
         for shown in capabilities:
             keys = [
@@ -114,26 +131,26 @@ def rows(inputs: Inputs, capabilities: Sequence[str]) -> tuple[ModelRow, ...]:
                 for k, found in now.items()
                 if k[2] == shown and (check in reached[k[0], k[1]] or _breaks(found))
             ]
-            if not keys:
-                continue
-            wanted = [(k[0], labels[k[0], k[1]]) for k in keys]
-            replaced = {check.file: check.after} if check.after is not None else {}
-            outcomes = again(inputs.files, shown, replaced, wanted)
-            for key, outcome in zip(keys, outcomes, strict=True):
-                before = inputs.outcomes[key]
-                if outcome.not_evaluated or (outcome.choices, outcome.refused) == (
-                    before.choices,
-                    before.refused,
-                ):
-                    continue  # this model's start-up is not where the patch changes anything
-                patched = _judge(outcome, shown, release)
-                still = {p.why for p in patched}
-                fixed[key] |= {p.why for p in now[key] if p.why not in still}
-                was = {p.why for p in now[key]}
-                brought[key] += [p for p in patched if p.why not in was]
-                changed[key].append(check.patch.id)
-                if check in reached[key[0], key[1]] and not _breaks(now[key]):
-                    later[key].append(_Problem(BREAKS, check.patch.symptom, check.file))
+            if keys:
+                wanted = [(k[0], labels[k[0], k[1]]) for k in keys]
+                replaced = {check.file: check.after} if check.after is not None else {}
+                batches.append((check, shown, keys, inputs.again(shown, replaced, wanted)))
+    for check, shown, keys, task in batches:
+        for key, outcome in zip(keys, task.result(), strict=True):
+            before = inputs.outcomes[key]
+            if outcome.not_evaluated or (outcome.choices, outcome.refused) == (
+                before.choices,
+                before.refused,
+            ):
+                continue  # this model's start-up is not where the patch changes anything
+            patched = _judge(outcome, shown, release)
+            still = {p.why for p in patched}
+            fixed[key] |= {p.why for p in now[key] if p.why not in still}
+            was = {p.why for p in now[key]}
+            brought[key] += [p for p in patched if p.why not in was]
+            changed[key].append(check.patch.id)
+            if check in reached[key[0], key[1]] and not _breaks(now[key]):
+                later[key].append(_Problem(BREAKS, check.patch.symptom, check.file))
     after = {
         key: [p for p in found if p.why not in fixed[key]] + brought[key]
         for key, found in now.items()

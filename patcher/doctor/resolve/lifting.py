@@ -88,16 +88,13 @@ class LiftedModule(types.ModuleType):
             if number in self._done or number in seen:
                 continue
             seen.add(number)
-            statement = tree.body[number]
-            now, later = _needs(statement)
-            own = _defines(statement)
+            code, now, later, own = _statement(self._source, number, self.__file__ or self.__name__)
             for free in sorted(now - own):
                 if free in where and free not in self.__dict__:
                     self._run(where[free], tree, seen)
             self._done.add(number)
-            module = ast.Module(body=[statement], type_ignores=[])
             try:
-                exec(compile(module, self.__file__ or self.__name__, "exec"), self.__dict__)
+                exec(code, self.__dict__)
             except Exception as error:  # a conditional import or a probe of absent hardware
                 logging.getLogger("sglpatch.doctor.resolve").debug(
                     "%s: statement %d: %s", self.__name__, number, error
@@ -105,6 +102,18 @@ class LiftedModule(types.ModuleType):
             for free in sorted(later - own):
                 if free in where and free not in self.__dict__:
                     self._run(where[free], tree, set())
+
+
+@functools.lru_cache(maxsize=16384)
+def _statement(
+    source: bytes, number: int, filename: str
+) -> tuple[types.CodeType, set[str], set[str], set[str]]:
+    """One top-level statement compiled, with the names it needs now and later and those it
+    binds: the same for every sandbox that lifts it (each capability, each patch tried)."""
+    statement = _index(source)[0].body[number]
+    now, later = _needs(statement)
+    code = compile(ast.Module(body=[statement], type_ignores=[]), filename, "exec")
+    return code, now, later, _defines(statement)
 
 
 def _needs(statement: ast.stmt) -> tuple[set[str], set[str]]:

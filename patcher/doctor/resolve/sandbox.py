@@ -6,6 +6,7 @@ aside between uses and whatever `sys.modules` held under the same names is put b
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -50,6 +51,7 @@ class Sandbox(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.model = model
         self.installed = files.installed
         self.kept: dict[str, types.ModuleType] = {}
+        self.serving = False  # within `active()`
 
     # The release's files.
     def _file(self, name: str) -> tuple[str, bool] | None:
@@ -127,8 +129,7 @@ class Sandbox(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         name = module.__name__
         if run_whole(name) and not isinstance(module, (LiftedModule, StandInModule)):
             path = module.__file__ or ""
-            code = compile(self.source(path), path, "exec")
-            exec(code, module.__dict__)
+            exec(_compiled(self.source(path), path), module.__dict__)
 
     def _common_preset(self) -> dict[str, Any]:
         capability = self.capability
@@ -147,25 +148,60 @@ class Sandbox(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     @contextmanager
     def active(self) -> Iterator[Sandbox]:
         """Serve this release's modules (kept between uses); the environment is restored after
-        each use, since SGLang's `envs.X.set()` writes os.environ."""
-        import os
+        each use, since SGLang's `envs.X.set()` writes os.environ. Within a use, a nested use
+        (one model of many) restores the environment only."""
 
+        if self.serving:
+            environ = _environ()
+            try:
+                yield self
+            finally:
+                _restore(environ)
+            return
         saved = {n: m for n, m in sys.modules.items() if n == "torch" or n.startswith(_ROOTS)}
         for name in saved:
             del sys.modules[name]
         sys.modules.update(self.kept)
-        environ = dict(os.environ)
+        environ = _environ()
         sys.meta_path.insert(0, self)
+        self.serving = True
         try:
             yield self
         finally:
+            self.serving = False
             sys.meta_path.remove(self)
-            os.environ.clear()
-            os.environ.update(environ)
+            _restore(environ)
             self.kept = {n: m for n, m in list(sys.modules.items()) if _ours(m, self)}
             for name in self.kept:
                 del sys.modules[name]
             sys.modules.update(saved)
+
+
+def _environ() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
+
+
+def _restore(environ: dict[str, str]) -> None:
+    """os.environ as `environ` held it: only the variables that changed are set or unset (the
+    release sets a few; clearing and refilling all of them took a third of an evaluation)."""
+    import os
+
+    if os.environ == environ:
+        return
+    for name in [n for n in os.environ if n not in environ]:
+        del os.environ[name]
+    for name, value in environ.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(source: bytes, path: str) -> types.CodeType:
+    """A module run whole, compiled once for every sandbox (server_args.py is 300 kB: compiling
+    it took most of a sandbox's start)."""
+    return compile(source, path, "exec")
 
 
 def run_whole(name: str) -> bool:

@@ -43,9 +43,10 @@ def survey_files(
     with quiet():
         for shown in capabilities:
             resolver = Resolver(files, capability(shown))
-            for arch, found in forms.items():
-                for variant in found:
-                    outcomes[arch, variant.label, shown] = evaluate(resolver, arch, variant)
+            with resolver.sandbox.active():  # served once for every model
+                for arch, found in forms.items():
+                    for variant in found:
+                        outcomes[arch, variant.label, shown] = evaluate(resolver, arch, variant)
     return forms, outcomes
 
 
@@ -66,8 +67,18 @@ def again(
 ) -> list[Outcome]:
     """The same variants on a tree with some files replaced (a patch applied in memory)."""
     resolver = Resolver(files, capability(shown), replaced)
-    with quiet():
+    with quiet(), resolver.sandbox.active():
         return [evaluate(resolver, arch, variant) for arch, variant in wanted]
+
+
+def again_at(
+    package_dir: Path,
+    shown: str,
+    replaced: Mapping[str, bytes],
+    wanted: Sequence[tuple[str, Variant]],
+) -> list[Outcome]:
+    """`again` for the SGLang at `package_dir` (picklable arguments, for a worker)."""
+    return again(tree_files(package_dir), shown, replaced, wanted)
 
 
 @contextlib.contextmanager
