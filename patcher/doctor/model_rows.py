@@ -281,7 +281,11 @@ def _judge(outcome: Outcome, shown: str, release: str) -> list[_Problem]:
         return [_Problem(NOT_EVALUATED, f"start-up not evaluated: {outcome.not_evaluated}")]
     capability = (int(shown.split(".")[0]), int(shown.split(".")[1]))
     found = []
-    if outcome.refused is not None:
+    if outcome.refused is not None and outcome.refused_on_reference:
+        file, line = outcome.refused_at or (None, None)
+        why = f"start-up refuses every GPU (10.0 too) without a flag: {outcome.refused}"
+        found.append(_Problem(NOT_EVALUATED, why + "; a launch with it is not judged", file, line))
+    elif outcome.refused is not None:
         file, line = outcome.refused_at or (None, None)
         found.append(_Problem(BREAKS, f"start-up refuses: {outcome.refused}", file, line))
     where = dict((field, (file, line)) for field, file, line in outcome.where)

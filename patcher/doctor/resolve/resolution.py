@@ -93,6 +93,9 @@ class Outcome:
     # The model's attributes the release asked for and the stand-in config lacked
     # ("hf_config.learnable_sink"): where the code had a default, it took it.
     absent: tuple[str, ...] = ()
+    # The same refusal on a reference GPU (10.0): the launch needs a flag everywhere, which is
+    # no capability-12 gap (set by `survey`).
+    refused_on_reference: bool = False
 
 
 class Resolver:

@@ -8,6 +8,7 @@ of doctor's output (it is about stand-ins, not the user's machine).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import logging
 import warnings
@@ -19,6 +20,7 @@ from sglpatch.doctor.resolve.resolution import Outcome, Resolver
 from sglpatch.doctor.resolve.variants import Variant, variants
 
 Key = tuple[str, str, str]  # (architecture, variant label, capability "12.0")
+REFERENCE = (10, 0)  # where a refusal is asked again: B200, which SGLang is built for
 
 
 def capability(shown: str) -> tuple[int, int]:
@@ -47,7 +49,24 @@ def survey_files(
                 for arch, found in forms.items():
                     for variant in found:
                         outcomes[arch, variant.label, shown] = evaluate(resolver, arch, variant)
+        _refused_on_reference(files, forms, outcomes)
     return forms, outcomes
+
+
+def _refused_on_reference(
+    files: ReleaseFiles, forms: Mapping[str, Sequence[Variant]], outcomes: dict[Key, Outcome]
+) -> None:
+    """Marks the refusals that the reference GPU gets too."""
+    refused = [key for key, outcome in outcomes.items() if outcome.refused]
+    if not refused:
+        return
+    labels = {(arch, v.label): v for arch, found in forms.items() for v in found}
+    resolver = Resolver(files, REFERENCE)
+    with resolver.sandbox.active():
+        for key in refused:
+            there = evaluate(resolver, key[0], labels[key[0], key[1]])
+            if there.refused == outcomes[key].refused:
+                outcomes[key] = dataclasses.replace(outcomes[key], refused_on_reference=True)
 
 
 def evaluate(resolver: Resolver, arch: str, variant: Variant) -> Outcome:
