@@ -26,7 +26,7 @@ from typing import NamedTuple, Protocol
 from packaging.version import Version
 
 from sglpatch.doctor import census, coverage, known_gaps, pending
-from sglpatch.doctor.facts import kernel_support
+from sglpatch.doctor.facts import kernel_support, unjudged_steps
 from sglpatch.doctor.facts.model_configs import EVERY_MODEL, family
 from sglpatch.doctor.read.source_tree import Source
 from sglpatch.doctor.report import ModelRow
@@ -157,7 +157,7 @@ def rows(inputs: Inputs, capabilities: Sequence[str]) -> tuple[ModelRow, ...]:
     }
     found: list[ModelRow] = []
     for (arch, label), variant in sorted(labels.items()):
-        rest = _later_problems(inputs, reached[arch, label])
+        rest = _later_problems(inputs, reached[arch, label]) + _unjudged(inputs, variant)
         for shown in capabilities:
             key = (arch, label, shown)
             gaps = _gaps(inputs, arch, shown)
@@ -261,6 +261,14 @@ def _later_problems(inputs: Inputs, reached: Sequence[coverage.PatchCheck]) -> l
         _Problem(BREAKS, c.patch.symptom, c.file, None, None if _fails(c) else c.patch.id)
         for c in reached
         if not _startup(c)
+    ]
+
+
+def _unjudged(inputs: Inputs, variant: Variant) -> list[_Problem]:
+    """Steps of this checkpoint's path that nothing judges yet (`facts/unjudged_steps.py`)."""
+    return [
+        _Problem(NOT_EVALUATED, why)
+        for why in unjudged_steps.steps(inputs.release, variant.quantization, variant.form)
     ]
 
 
