@@ -25,7 +25,7 @@ every file judged.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -45,6 +45,7 @@ from sglpatch.doctor.eagle3 import missing_methods
 from sglpatch.doctor.facts.gpus import CAPABILITIES
 from sglpatch.doctor.findings import Finding, Kind
 from sglpatch.doctor.gates import devices, scanner, tables
+from sglpatch.doctor.models.config_fields import given_config
 from sglpatch.doctor.read import pool
 from sglpatch.doctor.read.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, read_file
 from sglpatch.doctor.report import (
@@ -95,9 +96,11 @@ def diagnose(
     helpers = devices.helpers_of(source)
     with pool.Pool() as workers:  # on an error, the workers are stopped, their work dropped
         rows_for = capabilities if release is not None and (all_models or model) else ()
+        flags = dict(launch.fields) if launch is not None else {}
         read = _read(
-            source, package_dir, release, patches, paths, names, helpers, say, workers, rows_for
-        )
+            source, package_dir, release, patches, paths, names, helpers, say, workers, rows_for,
+            flags,
+        )  # fmt: skip
         if not read.survey:
             workers.finish()  # they end while what they found is judged here
         work = coverage.pending(read.checks)
@@ -113,7 +116,7 @@ def diagnose(
             served = [r for r in read.registered if not _is_draft(r)]
             rows = model_rows.build(
                 model_rows.Read(
-                    source, release, read.models, served, [t.result() for t in read.survey]
+                    source, release, read.models, served, [t.result() for t in read.survey], flags
                 ),
                 work,
                 frozenset(r.fixed_by for r in reports if r.fixed_by),
@@ -128,7 +131,11 @@ def diagnose(
     chosen = reports[0] if model is not None and len(reports) == 1 else None
     suspects = tuple(s for s in every if s.outcome in judged.LISTED)
     asked = _asked(source, paths, read, quantization) if model is not None else None
+    if asked is not None and model_from is not None:
+        asked = asked._replace(config=given_config(model_from))
     found = pending.sort(work, chosen, asked, release, launch and launch.passed)
+    if asked is not None and rows:  # a start-up patch is a blocker where it changes the start-up
+        found = model_rows.on_path(found, rows, quantization, work)
     gaps, maybe, known = known_gaps.rows(release, asked and asked.names, capabilities)
     blockers = found.blockers + gaps
     if model is not None and eagle3:  # the model's EAGLE-3 methods, when EAGLE-3 is asked for
@@ -203,6 +210,7 @@ def _read(
     say: Progress,
     workers: pool.Pool,
     rows_for: Sequence[str] = (),
+    flags: Mapping[str, object] = {},
 ) -> _Read:
     """The scan and the catalogue run in `workers` while this process reads the models."""
     say("scanning capability gates")
@@ -224,7 +232,7 @@ def _read(
     ]
     served = sorted({r.name for r in registered if not _is_draft(r)})
     surveyed = tuple(
-        workers.run(survey.survey, package_dir, (part,), tuple(served)) for part in rows_for
+        workers.run(survey.survey, package_dir, (part,), tuple(served), flags) for part in rows_for
     )
     scan.start()
     say("running the catalogue in memory")

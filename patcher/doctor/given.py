@@ -52,7 +52,9 @@ def launched(launch: Launch, flags: Iterable[str]) -> Launched:
         long = next((f for f in option.flags if f.startswith("--")), option.flags[0])
         spelled.setdefault(option.dest, long)
     given = {spelled[dest]: value for dest, value in launch.given.items() if dest in spelled}
-    return Launched(launch.model_path, given, frozenset(f for f in flags if passes(launch, f)))
+    passed = frozenset(f for f in flags if passes(launch, f))
+    fields = tuple((dest, value) for dest, value in launch.given.items() if dest != "model_path")
+    return Launched(launch.model_path, given, passed, fields)
 
 
 def passes(launch: Launch, flag: str) -> bool:

@@ -78,6 +78,7 @@ class Read(NamedTuple):
     models: census.Models
     served: Sequence[census.Registered]  # the classes judged (drafts left out)
     surveyed: Sequence[tuple[dict[str, list[Variant]], dict[Key, Outcome]]]  # `survey.survey`'s
+    flags: Mapping[str, object] = {}  # the launch's options, by ServerArgs field
 
 
 def build(
@@ -103,7 +104,7 @@ def build(
     def again(
         shown: str, replaced: Mapping[str, bytes], wanted: Sequence[tuple[str, Variant]]
     ) -> Later:
-        return submit(again_at, package_dir, shown, replaced, wanted)
+        return submit(again_at, package_dir, shown, replaced, wanted, read.flags)
 
     inputs = Inputs(read.release, again, forms, outcomes, scopes, work, eagle3_fixes)
     return rows(inputs, capabilities)
@@ -232,6 +233,30 @@ def _reached(inputs: Inputs, arch: str, label: str) -> list[coverage.PatchCheck]
     work = [c for c in inputs.work if c.patch.id not in inputs.eagle3_fixes]
     ids = {b.source for b in pending.sort(work, None, asked, inputs.release).blockers}
     return [c for c in work if c.patch.id in ids]
+
+
+def on_path(
+    found: pending.Sorted,
+    rows: Sequence[ModelRow],
+    quantization: str | None,
+    work: Sequence[coverage.PatchCheck],
+) -> pending.Sorted:
+    """`--model`'s blockers, less the start-up patches its rows show off its path: a patch on a
+    start-up file blocks only where running the resolution on its result changes this model's
+    start-up, for the checkpoint's quantization when it is known (issue #34, point 4)."""
+    wanted = None if quantization in (None, "unquantized") else quantization
+    relevant = [r for r in rows if quantization is None or r.quantization == wanted]
+    if not relevant:  # a quantization the rows do not evaluate: nothing to go by
+        return found
+    startup = {c.patch.id for c in work if _startup(c)}
+    used = {p for r in relevant for p in r.patches}
+    off = [b for b in found.blockers if b.source in startup and b.source not in used]
+    if not off:
+        return found
+    return found._replace(
+        blockers=[b for b in found.blockers if b not in off],
+        elsewhere=[*found.elsewhere, *(b.source for b in off)],
+    )
 
 
 def _unrecorded(outcome: Outcome, arch: str, variant: Variant) -> list[_Problem]:

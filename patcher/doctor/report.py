@@ -72,6 +72,8 @@ class Launched(NamedTuple):
     model_path: str | None  # its --model-path (or --model, or `sglang serve MODEL`)
     flags: dict[str, object]  # the options given, by their first long spelling -> value
     passed: frozenset[str]  # the patches' `Concerns.flag`s this launch passes
+    # The options given, by their ServerArgs field (`tp_size`): what the start-up runs with.
+    fields: tuple[tuple[str, object], ...] = ()
 
 
 class Step(NamedTuple):

@@ -134,11 +134,16 @@ def test_a_rtx_pro_6000_on_0_5_9_kimi_eagle3_symm_mem(
 
 
 def test_b_gpt_oss_mxfp4_on_0_5_23_is_no_nvfp4_user(trees: dict[str, Path], hub: Path) -> None:
-    """GPT-OSS is MXFP4: the NVFP4 patches are not its blockers (they were while its
-    quantization was not read: then they block "if the checkpoint is modelopt_fp4")."""
+    """GPT-OSS is MXFP4: the NVFP4 patches are not its blockers. Even with its quantization
+    unknown they are off its path (issue 34, point 4): the NVFP4 patch on 0.5.23 edits a
+    start-up file, and running the start-up on its result changes nothing for GPT-OSS in any
+    checkpoint (its own override picks its MoE runner)."""
     by_name = doctor(trees[NEWEST], "--model", "GptOssForCausalLM")[1]
-    blocking = NVFP4 & sources(by_name["blockers"])
-    assert blocking, "with the quantization unknown, no NVFP4 patch blocks: the test proves nothing"
+    blocking = NVFP4 & set(by_name["not_for_this_model"])
+    assert blocking, "no NVFP4 patch pending on the newest release: the test proves nothing"
+    assert not NVFP4 & sources(by_name["blockers"])
+    rows = [r for r in by_name["models"] if r["quantization"] == "modelopt_fp4"]
+    assert rows and not any(NVFP4 & set(r["patches"]) for r in rows)
     for launch in (["--model-path", "openai/gpt-oss-120b"], [*LAUNCH, "--model-path", "openai/gpt-oss-120b"]):  # fmt: skip
         report = doctor(trees[NEWEST], "--", *launch)[1]
         assert report["quantization"] == "mxfp4"

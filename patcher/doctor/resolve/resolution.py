@@ -112,25 +112,35 @@ class Resolver:
     def _model(self) -> StandInModelConfig | None:
         return self._current
 
-    def evaluate(self, arch: str, quantization: str, extra: Mapping[str, Any] = {}) -> Outcome:
+    def evaluate(
+        self,
+        arch: str,
+        quantization: str,
+        extra: Mapping[str, Any] = {},
+        flags: Mapping[str, object] = {},
+    ) -> Outcome:
         """One architecture in one of `CHECKPOINTS`' quantizations, with `extra` hf_config
-        attributes."""
+        attributes, launched with `flags` (ServerArgs fields; the rest take their defaults)."""
         quantization_config, resolved = CHECKPOINTS[quantization]
         hf: dict[str, Any] = {"architectures": [arch], "model_type": "stand-in", **extra}
         if quantization_config is not None:
             hf["quantization_config"] = dict(quantization_config)
-        return self.evaluate_config(hf, resolved)
+        return self.evaluate_config(hf, resolved, flags)
 
-    def evaluate_config(self, hf: Mapping[str, Any], quantization: str | None) -> Outcome:
+    def evaluate_config(
+        self, hf: Mapping[str, Any], quantization: str | None, flags: Mapping[str, object] = {}
+    ) -> Outcome:
         """A checkpoint's config.json (its `architectures` first), with the quantization
-        SGLang's ModelConfig resolves it to."""
+        SGLang's ModelConfig resolves it to, launched with `flags`."""
         with self.sandbox.active():
             try:
-                return self._evaluate(hf, quantization)
+                return self._evaluate(hf, quantization, flags)
             finally:
                 CONSULTED.recording = MISSING.recording = False
 
-    def _evaluate(self, hf: Mapping[str, Any], quantization: str | None) -> Outcome:
+    def _evaluate(
+        self, hf: Mapping[str, Any], quantization: str | None, flags: Mapping[str, object]
+    ) -> Outcome:
         server_args_module = importlib.import_module("sglang.srt.server_args")
         arch_enum = importlib.import_module("sglang.srt.configs.model_config").AttentionArch
         arch = next(iter(hf.get("architectures") or [""]))
@@ -139,8 +149,11 @@ class Resolver:
         )
         cls = server_args_module.ServerArgs
         args = cls.__new__(cls)
+        defaults = field_defaults(cls)
+        given = {name: value for name, value in flags.items() if name in defaults}
         for name, value in {
-            **field_defaults(cls),
+            **defaults,
+            **given,
             "model_path": "stand-in/model",
             "device": "cuda",
             "model_config": self._current,  # 0.5.3-0.5.18: get_model_config() memo

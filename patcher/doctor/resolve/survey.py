@@ -29,16 +29,22 @@ def capability(shown: str) -> tuple[int, int]:
 
 
 def survey(
-    package_dir: Path, capabilities: Sequence[str], architectures: Sequence[str]
+    package_dir: Path,
+    capabilities: Sequence[str],
+    architectures: Sequence[str],
+    flags: Mapping[str, object] = {},
 ) -> tuple[dict[str, list[Variant]], dict[Key, Outcome]]:
     """For the SGLang at `package_dir`: each architecture's variants, and each one's outcome
-    on each capability (a picklable answer, for a worker)."""
+    on each capability, launched with `flags` (a picklable answer, for a worker)."""
     files = tree_files(package_dir)
-    return survey_files(files, capabilities, architectures)
+    return survey_files(files, capabilities, architectures, flags)
 
 
 def survey_files(
-    files: ReleaseFiles, capabilities: Sequence[str], architectures: Sequence[str]
+    files: ReleaseFiles,
+    capabilities: Sequence[str],
+    architectures: Sequence[str],
+    flags: Mapping[str, object] = {},
 ) -> tuple[dict[str, list[Variant]], dict[Key, Outcome]]:
     forms = {arch: variants(files, arch) for arch in architectures}
     outcomes: dict[Key, Outcome] = {}
@@ -48,13 +54,18 @@ def survey_files(
             with resolver.sandbox.active():  # served once for every model
                 for arch, found in forms.items():
                     for variant in found:
-                        outcomes[arch, variant.label, shown] = evaluate(resolver, arch, variant)
-        _refused_on_reference(files, forms, outcomes)
+                        outcomes[arch, variant.label, shown] = evaluate(
+                            resolver, arch, variant, flags
+                        )
+        _refused_on_reference(files, forms, outcomes, flags)
     return forms, outcomes
 
 
 def _refused_on_reference(
-    files: ReleaseFiles, forms: Mapping[str, Sequence[Variant]], outcomes: dict[Key, Outcome]
+    files: ReleaseFiles,
+    forms: Mapping[str, Sequence[Variant]],
+    outcomes: dict[Key, Outcome],
+    flags: Mapping[str, object],
 ) -> None:
     """Marks the refusals that the reference GPU gets too."""
     refused = [key for key, outcome in outcomes.items() if outcome.refused]
@@ -64,16 +75,18 @@ def _refused_on_reference(
     resolver = Resolver(files, REFERENCE)
     with resolver.sandbox.active():
         for key in refused:
-            there = evaluate(resolver, key[0], labels[key[0], key[1]])
+            there = evaluate(resolver, key[0], labels[key[0], key[1]], flags)
             if there.refused == outcomes[key].refused:
                 outcomes[key] = dataclasses.replace(outcomes[key], refused_on_reference=True)
 
 
-def evaluate(resolver: Resolver, arch: str, variant: Variant) -> Outcome:
+def evaluate(
+    resolver: Resolver, arch: str, variant: Variant, flags: Mapping[str, object] = {}
+) -> Outcome:
     """One checkpoint; whatever the tree does to the stand-ins (a file missing or broken, a
     module that fails as it is run), the answer is "not evaluated" and why, never an error."""
     try:
-        return resolver.evaluate(arch, variant.checkpoint, dict(variant.extra))
+        return resolver.evaluate(arch, variant.checkpoint, dict(variant.extra), flags)
     except Exception as error:  # the release's code, run on stand-ins: anything can go wrong
         return Outcome(not_evaluated=f"{type(error).__name__}: {str(error)[:200]}")
 
@@ -83,11 +96,12 @@ def again(
     shown: str,
     replaced: Mapping[str, bytes],
     wanted: Sequence[tuple[str, Variant]],
+    flags: Mapping[str, object] = {},
 ) -> list[Outcome]:
     """The same variants on a tree with some files replaced (a patch applied in memory)."""
     resolver = Resolver(files, capability(shown), replaced)
     with quiet(), resolver.sandbox.active():
-        return [evaluate(resolver, arch, variant) for arch, variant in wanted]
+        return [evaluate(resolver, arch, variant, flags) for arch, variant in wanted]
 
 
 def again_at(
@@ -95,9 +109,10 @@ def again_at(
     shown: str,
     replaced: Mapping[str, bytes],
     wanted: Sequence[tuple[str, Variant]],
+    flags: Mapping[str, object] = {},
 ) -> list[Outcome]:
     """`again` for the SGLang at `package_dir` (picklable arguments, for a worker)."""
-    return again(tree_files(package_dir), shown, replaced, wanted)
+    return again(tree_files(package_dir), shown, replaced, wanted, flags)
 
 
 @contextlib.contextmanager

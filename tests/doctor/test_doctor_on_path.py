@@ -1,0 +1,62 @@
+"""Blockers only on the path (issue #34, point 4): with `--model`, a pending patch blocks only
+where the model's own start-up reaches what it changes, with the checkpoint's config and the
+launch's flags (the rows of `--all-models`, `tests/doctor/test_all_models.py`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sglpatch.cli import app
+from sglpatch.errors import ExitCode
+from tests.support.releases import SEED
+
+pytestmark = pytest.mark.wheel
+
+DSA = {"sm120-dsa-backends", "sm120-dsa-indexer-torch-logits", "sm120-dsa-backend-torch-schedule",
+       "sm120-dsa-tilelang-shape"}  # fmt: skip
+
+
+def checkpoint(folder: Path, **config: object) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def report(site: Path, *args: str) -> dict[str, object]:
+    result = CliRunner().invoke(app, ["doctor", "--target", str(site), "--json", *args])
+    assert result.exit_code in (0, ExitCode.GAPS), result.output
+    found: dict[str, object] = json.loads(result.stdout)
+    return found
+
+
+def blockers(found: dict[str, object]) -> set[str]:
+    return {row["source"] for row in found["blockers"]}  # type: ignore[attr-defined]
+
+
+def test_dsa_patches_block_the_dsa_form_only(trees: dict[str, Path], tmp_path: Path) -> None:
+    site = trees[SEED]
+    plain = checkpoint(tmp_path / "v3", architectures=["DeepseekV3ForCausalLM"])
+    sparse = checkpoint(tmp_path / "v32", architectures=["DeepseekV3ForCausalLM"], index_topk=2048)
+    without = report(site, "--model-path", str(plain))
+    with_dsa = report(site, "--model-path", str(sparse))
+    assert blockers(with_dsa) >= DSA
+    assert not DSA & blockers(without)
+    assert set(without["not_for_this_model"]) >= DSA  # type: ignore[arg-type]
+
+
+def test_a_launch_flag_takes_a_start_up_patch_off_the_path(
+    trees: dict[str, Path], tmp_path: Path
+) -> None:
+    """Olmo2 gets fa3 by default (sm120-olmo-fa3-fallback blocks); with the launch's own
+    `--attention-backend triton` its start-up never reaches that choice."""
+    olmo = checkpoint(tmp_path / "olmo", architectures=["Olmo2ForCausalLM"])
+    default = report(trees[SEED], "--", "--model-path", str(olmo))
+    assert "sm120-olmo-fa3-fallback" in blockers(default)
+    chosen = report(trees[SEED], "--", "--model-path", str(olmo), "--attention-backend", "triton")
+    assert "sm120-olmo-fa3-fallback" not in blockers(chosen)
+    rows = [r for r in chosen["models"] if r["quantization"] is None]  # type: ignore[attr-defined]
+    assert {r["now"] for r in rows} == {"runs"}
