@@ -133,9 +133,12 @@ def test_the_published_configs_decide(rows: dict[str, tuple[ModelRow, ...]]) -> 
     assert (old.now, old.after_apply) == ("not evaluated", "not evaluated")
     assert "refuses every GPU (10.0 too)" in old.why
     assert old.file == "sglang/srt/server_args.py" and old.line
-    # The sink picks flashmla_sparse, whose SM120 port the table has not judged.
-    sink = one(rows["0.5.23"], "HYV4ForCausalLM", None, "dsa")
-    assert sink.after_apply == "not evaluated" and "flashmla_sparse" in sink.why
+    # The sink picks flashmla_sparse (the release refuses any other DSA backend with a sink),
+    # and FlashMLA's kernels carry no 12.x image: broken before and after apply, on both parts.
+    for part in PARTS:
+        sink = one(rows["0.5.23"], "HYV4ForCausalLM", None, "dsa", part)
+        assert (sink.now, sink.after_apply) == ("breaks", "breaks"), sink
+        assert "flashmla_sparse" in sink.why
 
 
 def test_after_apply_the_rows_are_the_after_apply(tmp_path: Path) -> None:
