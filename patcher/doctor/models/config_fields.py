@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sglpatch.doctor.read.source_tree import read_regular
+from sglpatch.reading import read_regular
 
 _LIMIT = 4 * 1024 * 1024  # as for the config.json that named the model
 
