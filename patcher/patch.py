@@ -125,6 +125,8 @@ class Concerns(NamedTuple):
     runtime        "srt" (the LLM server) or "multimodal_gen" (the diffusion runtime)
     config         config.json attributes a model must set for the code to be reached
                    (`index_topk`: the DSA form of DeepSeek-V3 and GLM); (): any config
+    condition      what else about the model the failure needs, in words doctor shows, when
+                   doctor cannot read it ("a vision head size above 128"); "": none
     """
 
     architectures: tuple[str, ...] = ()
@@ -133,10 +135,16 @@ class Concerns(NamedTuple):
     flag: str | None = None
     runtime: str = "srt"
     config: tuple[str, ...] = ()
+    condition: str = ""
 
     @property
     def every_model(self) -> bool:
         return not self.architectures and not self.uses and self.runtime == "srt"
+
+
+# For `Concerns.uses`: the package every MoE model takes its expert layers from (FusedMoE and its
+# runners), directly or through the models module it builds on.
+MOE_LAYERS = ("sglang.srt.layers.moe",)
 
 
 def _reads_files(cls: type) -> bool:

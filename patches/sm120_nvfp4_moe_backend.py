@@ -21,6 +21,7 @@ from typing import TypeVar
 from packaging.version import Version
 
 from sglpatch.patch import (
+    MOE_LAYERS,
     TESTED,
     AlreadyPresent,
     AnchorMissing,
@@ -107,7 +108,7 @@ class Sm120Nvfp4MoeBackend(Patch):
     tested = TESTED
     fixed_upstream_in = Version("0.5.13")
     files = RESOLVER
-    concerns = Concerns(quantization=("modelopt_fp4",))
+    concerns = Concerns(quantization=("modelopt_fp4",), uses=MOE_LAYERS)
 
     def _method(self, module: cst.Module) -> cst.FunctionDef:
         method = cst_tools.methods(cst_tools.find_class(module, "ServerArgs")).get(METHOD)

@@ -41,6 +41,7 @@ from __future__ import annotations
 from packaging.version import Version
 
 from sglpatch.patch import (
+    MOE_LAYERS,
     TESTED,
     AlreadyPresent,
     AnchorMissing,
@@ -172,7 +173,7 @@ class Sm120Nvfp4MoeCheckpointQuant(Patch):
     )
     tested = TESTED
     files = FILES
-    concerns = Concerns(quantization=(FP4,))
+    concerns = Concerns(quantization=(FP4,), uses=MOE_LAYERS)
     reads = ByRelease({">=0.5.13,<0.5.15": (f"ServerArgs.{METHOD}",), ">=0.5.15": (PASS,)})
 
     def _scope(self, module: cst.Module, release: Version) -> cst.CSTNode:

@@ -59,7 +59,12 @@ class Sm120PrefillAttentionBlock(Patch):
     )
     tested = TESTED
     files = FILE
-    concerns = Concerns(uses=("sglang.srt.layers.attention.vision",))
+    # Up to head size 128 the kernel fits as it is: (2 * BLOCK * head + BLOCK**2) * 2 bytes is
+    # 98304 at BLOCK 128, head 128 (163840 at 256).
+    concerns = Concerns(
+        uses=("sglang.srt.layers.attention.vision",),
+        condition="with a vision head size above 128",
+    )
     reads = (LAUNCHER,)  # not the Triton kernel above it, most of the file
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:

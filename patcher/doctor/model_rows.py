@@ -20,6 +20,7 @@ out on that part. A step that could not be evaluated makes the row "not evaluate
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
@@ -144,7 +145,12 @@ def rows(inputs: Inputs, capabilities: Sequence[str]) -> tuple[ModelRow, ...]:
                 before.refused,
             ):
                 continue  # this model's start-up is not where the patch changes anything
-            patched = _judge(outcome, shown, release)
+            if outcome.refused == before.refused and before.refused_on_reference:
+                outcome = dataclasses.replace(outcome, refused_on_reference=True)
+            # Judged as `now` is: a field the family's record lacks is as unknown after apply.
+            patched = _judge(outcome, shown, release) + _unrecorded(
+                outcome, key[0], labels[key[0], key[1]]
+            )
             still = {p.why for p in patched}
             fixed[key] |= {p.why for p in now[key] if p.why not in still}
             was = {p.why for p in now[key]}
@@ -283,7 +289,15 @@ def _later_problems(inputs: Inputs, reached: Sequence[coverage.PatchCheck]) -> l
     """Step 2: the pending patches off start-up this checkpoint reaches (None: apply cannot
     fix it, the patch fails on this tree)."""
     return [
-        _Problem(BREAKS, c.patch.symptom, c.file, None, None if _fails(c) else c.patch.id)
+        _Problem(
+            NOT_EVALUATED if c.patch.concerns.condition else BREAKS,
+            f"{c.patch.symptom} ({c.patch.concerns.condition}, which is not read)"
+            if c.patch.concerns.condition
+            else c.patch.symptom,
+            c.file,
+            None,
+            None if _fails(c) else c.patch.id,
+        )
         for c in reached
         if not _startup(c)
     ]

@@ -36,6 +36,8 @@ class Sorted(NamedTuple):
 
 
 def modules_of(models: census.Models, registered: Sequence[census.Registered]) -> set[str]:
+    """The modules defining the classes, those they import, and those the models modules among
+    these import (Kimi K2.5's MoE layers come with `deepseek_v2`, which it imports)."""
     found: set[str] = set()
     for entry in registered:
         for path in (entry.path, entry.listed_in):
@@ -43,7 +45,15 @@ def modules_of(models: census.Models, registered: Sequence[census.Registered]) -
             if summary is not None:
                 found.add(summary.module)
                 found.update(module for module, _ in summary.imports.values())
+    for module in [m for m in found if m.startswith(_MODELS)]:
+        target = models.source.module_file(module)
+        summary = models.summary(target) if target is not None else None
+        if summary is not None:
+            found.update(imported for imported, _ in summary.imports.values())
     return found
+
+
+_MODELS = "sglang.srt.models."
 
 
 def _concerned(check: coverage.PatchCheck, asked: Scope) -> bool:
@@ -100,7 +110,7 @@ def sort(
             found.opt_in.append(_as_pending(check, release, when=when))
         else:  # reached: by default, or by a flag the launch passes (said as its condition)
             condition = "" if not wanted or asked.quantization else _if_quantized(wanted)
-            condition = "; ".join(filter(None, (when, condition)))
+            condition = "; ".join(filter(None, (when, condition, concerns.condition)))
             found.blockers.append(_as_pending(check, release, when=condition))
     return found
 

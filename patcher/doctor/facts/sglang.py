@@ -30,9 +30,11 @@ KNOWN_HELPERS: dict[str, frozenset[int]] = {
 # `is_sm120()`, `is_sm121()`, `is_sm100_supported()`: the SM number in the name.
 SM_NAME = re.compile(r"_?is_sm(\d{2,3})(?:_supported)?$")
 
-# The draft models SGLang registers beside a target (DeepSeek's NextN, MTP heads, EAGLE drafts),
-# by class name: not models a user serves.
-DRAFT_CLASS = re.compile(r"(?:NextN|MTP|Eagle\d*)$")
+# The draft models SGLang registers beside a target (DeepSeek's NextN, MTP heads, EAGLE drafts,
+# DFlash drafts, Gemma 4's MTP assistant), by class name: not models a user serves.
+DRAFT_CLASS = re.compile(
+    r"(?:NextN|MTP|Eagle\d*|DraftModel|AssistantForCausalLM)$|^(?:Eagle\d*|DFlash)[A-Z]"
+)
 # The GPUs in question are NVIDIA's: SGLang's platform probes have known answers on them.
 PLATFORM = {
     "is_cuda": True,

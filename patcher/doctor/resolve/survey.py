@@ -11,6 +11,8 @@ import contextlib
 import dataclasses
 import io
 import logging
+import os
+import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -87,7 +89,9 @@ def evaluate(
     module that fails as it is run), the answer is "not evaluated" and why, never an error."""
     try:
         return resolver.evaluate(arch, variant.checkpoint, dict(variant.extra), flags)
-    except Exception as error:  # the release's code, run on stand-ins: anything can go wrong
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # the release's code on stand-ins: even a SystemExit
         return Outcome(not_evaluated=f"{type(error).__name__}: {str(error)[:200]}")
 
 
@@ -117,7 +121,9 @@ def again_at(
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """The release's logging, warnings and prints, swallowed."""
+    """The release's logging, warnings and prints swallowed, and what it writes to file
+    descriptors 1 and 2 too (`sys.__stdout__`, `os.write(1, ...)`): doctor's own output,
+    `--json` above all, is doctor's alone."""
     sglang = logging.getLogger("sglang")
     level, propagate = sglang.level, sglang.propagate
     sglang.setLevel(logging.CRITICAL + 1)
@@ -125,6 +131,7 @@ def quiet() -> Iterator[None]:
     sink = io.StringIO()
     try:
         with (
+            _descriptors_silenced(),
             warnings.catch_warnings(),
             contextlib.redirect_stdout(sink),
             contextlib.redirect_stderr(sink),
@@ -134,3 +141,23 @@ def quiet() -> Iterator[None]:
     finally:
         sglang.setLevel(level)
         sglang.propagate = propagate
+
+
+@contextlib.contextmanager
+def _descriptors_silenced() -> Iterator[None]:
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(Exception):  # a closed or odd stream: nothing to flush
+            if stream is not None:
+                stream.flush()
+    saved: list[tuple[int, int]] = []
+    try:
+        with Path(os.devnull).open("wb") as null:
+            for fd in (1, 2):
+                with contextlib.suppress(OSError):  # not open: nothing to keep out
+                    saved.append((fd, os.dup(fd)))
+                    os.dup2(null.fileno(), fd)
+        yield
+    finally:
+        for fd, copy in saved:
+            os.dup2(copy, fd)
+            os.close(copy)

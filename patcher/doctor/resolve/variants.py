@@ -1,8 +1,8 @@
 """The checkpoints evaluated for one architecture: its usual quantizations, and its DSA form.
 
 Every architecture in bf16 (no `quantization_config`), block FP8 and NVFP4 (`modelopt_fp4`), as a
-checkpoint's `quantization_config` names them; MXFP4 where the release's deciding code names the
-architecture with MXFP4 (GPT-OSS); and, for the architectures the release's `is_deepseek_nsa` /
+checkpoint's `quantization_config` names them; MXFP4 for the families published in it (GPT-OSS);
+and, for the architectures the release's `is_deepseek_nsa` /
 `is_deepseek_dsa` accept, the same three with `index_topk` set (DeepSeek-V3.2, GLM-5). Where
 the family's published config.json is recorded (`facts/model_configs.json`), its fields are set.
 """
@@ -10,17 +10,17 @@ the family's published config.json is recorded (`facts/model_configs.json`), its
 from __future__ import annotations
 
 import ast
-import contextlib
 import functools
-import re
 from typing import Any, NamedTuple
 
 from sglpatch.doctor.facts.model_configs import Family, family
 from sglpatch.doctor.resolve.files import ReleaseFiles
 from sglpatch.doctor.resolve.model import CHECKPOINTS, MODEL_CONFIG
-from sglpatch.doctor.resolve.sandbox import run_whole
 
 USUAL = ("bf16", "fp8", "modelopt_fp4")
+# Families published as MXFP4 checkpoints (openai/gpt-oss-20b and -120b); SGLang decides their
+# MoE runner from that quantization.
+MXFP4 = frozenset({"GptOssForCausalLM"})
 DSA_TOPK = 2048  # DeepSeek-V3.2's index_topk; any value makes the model a DSA one
 
 
@@ -43,11 +43,7 @@ class Variant(NamedTuple):
 
 
 def variants(files: ReleaseFiles, arch: str) -> list[Variant]:
-    checkpoints = list(USUAL)
-    text = _deciding_text(files)
-    # MXFP4 where the deciding code names the architecture and MXFP4 (GPT-OSS).
-    if f'"{arch}"' in text and re.search(rf'"{arch}"(?s:.{{0,4000}})mxfp4', text):
-        checkpoints.append("mxfp4")
+    checkpoints = [*USUAL, "mxfp4"] if arch in MXFP4 else list(USUAL)
     plain = family(arch, dsa=False)
     fields = _fields(plain) if plain else ()
     found = [Variant(c, None, fields) for c in checkpoints]
@@ -61,22 +57,6 @@ def variants(files: ReleaseFiles, arch: str) -> list[Variant]:
 def _fields(recorded: Family) -> tuple[tuple[str, Any], ...]:
     """The family's published fields, but its quantization: each checkpoint sets its own."""
     return tuple((k, v) for k, v in recorded.set_fields().items() if k != "quantization_config")
-
-
-@functools.lru_cache(maxsize=8)
-def _deciding_text(files: ReleaseFiles) -> str:
-    paths = [
-        p
-        for folder in ("sglang/srt/arg_groups/",)
-        for p in files.below(folder)
-        if run_whole(p[:-3].replace("/", "."))
-    ]
-    paths += [p for p in ("sglang/srt/server_args.py",) if files.exists(p)]
-    texts = []
-    for path in paths:
-        with contextlib.suppress(KeyError):
-            texts.append(files.read(path).decode(errors="replace"))
-    return "\n".join(texts)
 
 
 @functools.lru_cache(maxsize=8)
