@@ -16,7 +16,7 @@ import typer
 if TYPE_CHECKING:
     from sglpatch.doctor import ModelRow
 
-_SHORT = {"runs": "runs", "breaks": "breaks", "not evaluated": "n/e"}
+_SHORT = {"runs": "runs", "breaks": "breaks", "not evaluated": "n/e", "needs": "needs"}
 _COLUMNS = ("bf16", "fp8", "modelopt_fp4", "mxfp4")
 _WIDTH = 13
 
@@ -25,7 +25,7 @@ def cell(rows: Sequence[ModelRow]) -> str:
     """One checkpoint on the parts judged."""
     shown = [
         "runs" if row.now == "runs" else "apply" if row.after_apply == "runs" else
-        _SHORT[row.after_apply]
+        _SHORT[row.after_apply] if row.now != "needs" or row.after_apply != "needs" else "needs"
         for row in rows
     ]  # fmt: skip
     return shown[0] if len(set(shown)) == 1 else "/".join(shown)
@@ -40,7 +40,8 @@ def print_table(rows: Sequence[ModelRow], parts: Sequence[str], release: str) ->
         "runs": sum(1 for r in rows if r.now == "runs"),
         "apply": sum(1 for r in rows if r.now == "breaks" and r.after_apply == "runs"),
         "breaks": sum(1 for r in rows if r.after_apply == "breaks"),
-        "n/e": sum(1 for r in rows if "not evaluated" in (r.now, r.after_apply)),
+        "needs": sum(1 for r in rows if r.after_apply == "needs"),
+        "n/e": sum(1 for r in rows if r.after_apply == "not evaluated"),
     }
     typer.echo(
         f"\nModels on {' and '.join(parts)} (SGLang {release}, default flags; "
@@ -55,7 +56,7 @@ def print_table(rows: Sequence[ModelRow], parts: Sequence[str], release: str) ->
         typer.echo(f"  {_name(key).ljust(name_width)}{cells}".rstrip())
     typer.echo(
         "  (runs: runs now; apply: runs after `sglpatch apply`; breaks: after apply too; "
-        "n/e: not evaluated; A/B: 12.0 and 12.1 differ)"
+        "needs: a kernel or tool named below; n/e: not evaluated; A/B: 12.0 and 12.1 differ)"
     )
     _print_left(rows)
 

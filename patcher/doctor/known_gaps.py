@@ -32,6 +32,7 @@ class KnownGap(NamedTuple):
     maybe: frozenset[str] = frozenset()  # classes that reach it `when`; both empty: any model
     when: str = ""
     blocks: bool = True  # False: what is known, said but never counted
+    quantization: str = ""  # the checkpoints (SGLang's name) it is about, for doctor's rows
 
 
 GAPS: tuple[KnownGap, ...] = (
@@ -58,6 +59,7 @@ GAPS: tuple[KnownGap, ...] = (
         "docs/nvfp4-moe-gb10.md",
         blocks=False,
         when="if the checkpoint is NVFP4 MoE",
+        quantization="modelopt_fp4",
     ),
 )
 

@@ -34,10 +34,11 @@ from sglpatch.doctor.report import ModelRow
 from sglpatch.doctor.resolve import Outcome, run_whole
 from sglpatch.doctor.resolve.survey import Key, again_at
 from sglpatch.doctor.resolve.variants import Variant
+from sglpatch.patch import MOE_LAYERS
 from sglpatch.results import Failed
 
-RUNS, BREAKS, NOT_EVALUATED = "runs", "breaks", "not evaluated"
-_WORST = (BREAKS, NOT_EVALUATED, RUNS)  # a row's status: the first of these found
+RUNS, BREAKS, NOT_EVALUATED, NEEDS = "runs", "breaks", "not evaluated", "needs"
+_WORST = (BREAKS, NOT_EVALUATED, NEEDS, RUNS)  # a row's status: the first of these found
 # Values that are not a kernel: "auto" is resolved later, by the layer that loads the weights;
 # "nsa"/"dsa" dispatch to the DSA prefill/decode backends, which are judged themselves.
 NOT_KERNELS = frozenset({"auto", "nsa", "dsa"})
@@ -167,7 +168,7 @@ def rows(inputs: Inputs, capabilities: Sequence[str]) -> tuple[ModelRow, ...]:
         rest = _later_problems(inputs, reached[arch, label]) + _unjudged(inputs, variant)
         for shown in capabilities:
             key = (arch, label, shown)
-            gaps = _gaps(inputs, arch, shown)
+            gaps = _gaps(inputs, arch, variant, shown)
             found.append(
                 _row(
                     arch,
@@ -315,11 +316,16 @@ def _fails(check: coverage.PatchCheck) -> bool:
     return isinstance(check.outcome, Failed)
 
 
-def _gaps(inputs: Inputs, arch: str, shown: str) -> list[_Problem]:
-    """Step 3: the known gaps that always hold for the architecture on this part."""
-    return [
-        _Problem(BREAKS, f"{gap.what} (no patch: {gap.fix})")
-        for gap in known_gaps.known(inputs.release, {arch}, (shown,)).blockers
+def _gaps(inputs: Inputs, arch: str, variant: Variant, shown: str) -> list[_Problem]:
+    """Step 3: the known gaps that always hold for the architecture on this part, and what
+    is unsettled for its checkpoint there (not evaluated: reports disagree)."""
+    known = known_gaps.known(inputs.release, {arch}, (shown,))
+    scope = inputs.scopes.get(arch)
+    moe = scope is not None and any(m.startswith(MOE_LAYERS) for m in scope.modules)
+    return [_Problem(BREAKS, f"{gap.what} (no patch: {gap.fix})") for gap in known.blockers] + [
+        _Problem(NOT_EVALUATED, gap.what)
+        for gap in known.notes
+        if gap.quantization and gap.quantization == variant.quantization and moe
     ]
 
 
@@ -349,4 +355,8 @@ def _judge(outcome: Outcome, shown: str, release: str) -> list[_Problem]:
         elif answer is None:
             why = f"{field} = {value!r}: the kernel table does not know {kind}/{name} on {shown}"
             found.append(_Problem(NOT_EVALUATED, why, file, line))
+        elif record is not None:  # it runs there, given what the table says it needs
+            for need in record.needs_on(capability):
+                why = f"{field} = {value!r}: {kind}/{name} on {shown} needs {need}"
+                found.append(_Problem(NEEDS, why, file, line))
     return found

@@ -76,6 +76,19 @@ class Support(NamedTuple):
         """Whether it runs other kernels on `capability` than on 10.x (`other_kernel`)."""
         return any(span.holds(capability) for span in self.other_kernel_on)
 
+    def needs_on(self, capability: Capability) -> list[str]:
+        """What `needs` says one installs for this part to run it: its "12.1: a ..." and
+        "12.x: a ..." clauses (a ptxas, a DeepGEMM build), not its limits ("12.x: no ...")."""
+        if not self.needs:
+            return []
+        parts = {f"{capability[0]}.{capability[1]}", f"{capability[0]}.x"}
+        found = []
+        for clause in self.needs.split("; "):
+            part, _, rest = clause.partition(": ")
+            if part in parts and rest.startswith(("a ", "an ")):
+                found.append(rest)
+        return found
+
     def shown_range(self) -> str:
         return ", ".join(_shown(s) for s in self.runs_on) or "nothing"
 
