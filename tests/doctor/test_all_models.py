@@ -232,3 +232,24 @@ def test_a_recorded_family_records_every_field_read(
                 continue
             read = set(row.why.split("start-up read ", 1)[1].split(" of ", 1)[0].split(", "))
             assert read <= UNSOURCED.get(row.architecture, set()), (release, row)
+
+
+def test_a_checkout_gives_the_installed_rows(
+    rows: dict[str, tuple[ModelRow, ...]], tmp_path: Path
+) -> None:
+    """The same release as a checkout of the repository (python/sglang, its pyproject.toml's
+    dependencies for what is installed beside it) gives the rows of the installed wheel."""
+    site = wheels.full_tree(SEED, tmp_path / "site")
+    root = tmp_path / "checkout"
+    (root / "python").mkdir(parents=True)
+    (site / "sglang").rename(root / "python" / "sglang")
+    (metadata,) = site.glob("sglang-*.dist-info/METADATA")
+    required = [
+        line.split(":", 1)[1].strip()
+        for line in metadata.read_text().split("\n\n", 1)[0].splitlines()
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    ]
+    listed = "".join(f'    "{r}",\n' for r in required)
+    (root / "python" / "pyproject.toml").write_text(f"[project]\ndependencies = [\n{listed}]\n")
+    checkout = api.diagnose(root, version=SEED, all_models=True).diagnosis
+    assert checkout.rows == rows[SEED]
