@@ -4,14 +4,17 @@ A row is judged along the model's path, each step by what knows it:
 
 1. start-up: the release's own ServerArgs resolution, run on a stand-in GPU of that part
    (`resolve`), gives the attention, DSA, MoE and GEMM backends, or the release's own refusal;
-   each backend is judged with the kernel-support table on that part (`auto`, which the layer
-   that loads the weights resolves, is judged in step 2 only);
+   each backend is judged with the kernel-support table on that part, its `needs` for that part
+   included (`auto`, which the layer that loads the weights resolves, is judged in step 2 only);
 2. load and run time: the catalogue patches still pending that this model's start-up reaches
-   with default flags and this checkpoint's quantization (their `concerns`), as doctor counts
-   its blockers: each is a known failure that `sglpatch apply` fixes;
-3. what no patch fixes: the known gaps that always hold for the architecture.
+   with the launch's flags and this checkpoint's quantization (their `concerns`), as doctor
+   counts its blockers: each is a known failure that `sglpatch apply` fixes; and the steps
+   nothing judges yet (`facts/unjudged_steps.py`);
+3. what no patch fixes: the known gaps that always hold for the architecture, and what is
+   unsettled for its checkpoint on that part.
 
-`now` is the worst of what was found (breaks, then not evaluated, then runs); `after_apply` is
+`now` is the worst of what was found (breaks, then not evaluated, then needs, then runs);
+`after_apply` is
 the same once the pending patches are in: a start-up choice counts as fixed by a patch only
 when the resolution, run again on the patched source, gives a backend the table does not rule
 out on that part. A step that could not be evaluated makes the row "not evaluated", never

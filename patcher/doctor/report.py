@@ -114,7 +114,7 @@ class Suspect(NamedTuple):
 
 class ModelRow(NamedTuple):
     """One model, checkpoint and part: does it run now, and after `sglpatch apply`
-    (`model_rows`)? `now` and `after_apply` are "runs", "breaks" or "not evaluated"."""
+    (`model_rows`)? `now` and `after_apply` are "runs", "breaks", "needs" or "not evaluated"."""
 
     architecture: str
     quantization: str | None  # as SGLang names it: fp8, modelopt_fp4, mxfp4; None: unquantized
