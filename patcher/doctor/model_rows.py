@@ -36,6 +36,7 @@ from sglpatch.doctor.read.source_tree import Source
 from sglpatch.doctor.report import ModelRow
 from sglpatch.doctor.resolve import Outcome, run_whole
 from sglpatch.doctor.resolve.survey import Key, again_at
+from sglpatch.doctor.resolve.survey import capability as parsed_capability
 from sglpatch.doctor.resolve.variants import Variant
 from sglpatch.patch import MOE_LAYERS
 from sglpatch.results import Failed
@@ -335,7 +336,7 @@ def _gaps(inputs: Inputs, arch: str, variant: Variant, shown: str) -> list[_Prob
 def _judge(outcome: Outcome, shown: str, release: str) -> list[_Problem]:
     if outcome.not_evaluated is not None:
         return [_Problem(NOT_EVALUATED, f"start-up not evaluated: {outcome.not_evaluated}")]
-    capability = (int(shown.split(".")[0]), int(shown.split(".")[1]))
+    capability = parsed_capability(shown)
     found = []
     if outcome.refused is not None and outcome.refused_on_reference:
         file, line = outcome.refused_at or (None, None)

@@ -271,10 +271,6 @@ def _first_line(error: BaseException) -> str:
 
 
 def _why(error: BaseException) -> str:
-    where = ""
-    trace = error.__traceback__
-    while trace is not None:
-        if trace.tb_frame.f_code.co_filename.startswith("sglang/"):
-            where = f" ({trace.tb_frame.f_code.co_filename}:{trace.tb_lineno})"
-        trace = trace.tb_next
+    at = _raised_at(error)
+    where = f" ({at[0]}:{at[1]})" if at else ""
     return f"{type(error).__name__}: {_first_line(error)}{where}"
