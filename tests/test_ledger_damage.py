@@ -332,3 +332,27 @@ def test_json_nested_too_deep_is_ledger_damage(
         result = runner.invoke(app, [*command, "--target", str(site_059)])
         one_line(result, ExitCode.LEDGER, *words)
     assert snapshot(site_059) == before
+
+
+def test_a_run_killed_while_the_record_is_made_strands_nothing(
+    site_059: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record's repository is made beside its place and renamed there: a process killed
+    while `git init` writes `.git` (here: interrupted after the folder is made) leaves a stray
+    folder, which the next run removes, not a record whose `.git` is no repository (which
+    every later run refused: 'not a git repository', exit 4)."""
+    import git
+
+    real = git.Repo.init
+
+    def killed(path: str | Path, *args: object, **kwargs: object) -> object:
+        (Path(path) / ".git").mkdir(parents=True)
+        raise KeyboardInterrupt  # as a kill would stop it, `.git` begun and not finished
+
+    monkeypatch.setattr(git.Repo, "init", killed)
+    with pytest.raises(KeyboardInterrupt):
+        api.apply(site_059, None)
+    monkeypatch.setattr(git.Repo, "init", real)
+    assert api.apply(site_059, None).written
+    records = list(api.status(site_059).ledger.parent.iterdir())
+    assert not [p for p in records if ".init-" in p.name], records

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -299,21 +300,33 @@ class Repository:
             if self.directory.exists() and any(self.directory.iterdir()):
                 raise LedgerError("exists but is not a git repository", str(self.directory))
             self.on_create()
-            repo = git.Repo.init(self.directory)
-            with repo.config_writer() as config:  # never depend on the user's git identity
-                config.set_value("user", "name", AUTHOR[0])
-                config.set_value("user", "email", AUTHOR[1])
-                config.set_value("commit", "gpgsign", "false")
-            write_atomic(
-                self.directory / "target.json",
-                (json.dumps({"target": str(self.owner)}, indent=2) + "\n").encode(),
-            )
-            repo.index.add(["target.json"])
-            return repo
+            self._init_beside(git)
         try:
             return git.Repo(self.directory, search_parent_directories=False)
         except (git.exc.InvalidGitRepositoryError, git.exc.NoSuchPathError):
             raise LedgerError("not a git repository", str(self.directory)) from None
+
+    def _init_beside(self, git: Any) -> None:
+        """Make the repository in a folder beside its place, then rename it there: a process
+        killed while git writes `.git` leaves a stray folder (removed by the next run), never a
+        record that is neither absent nor a repository, which every later run would refuse."""
+        parent = self.directory.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        for stray in parent.glob(f".{self.directory.name}.init-*"):
+            shutil.rmtree(stray, ignore_errors=True)
+        building = parent / f".{self.directory.name}.init-{os.getpid()}"
+        repo = git.Repo.init(building)
+        with repo.config_writer() as config:  # never depend on the user's git identity
+            config.set_value("user", "name", AUTHOR[0])
+            config.set_value("user", "email", AUTHOR[1])
+            config.set_value("commit", "gpgsign", "false")
+        write_atomic(
+            building / "target.json",
+            (json.dumps({"target": str(self.owner)}, indent=2) + "\n").encode(),
+        )
+        repo.index.add(["target.json"])
+        repo.close()
+        building.replace(self.directory)  # onto nothing, or onto an empty folder
 
 
 def _read_or_none(path: Path) -> bytes | None:
