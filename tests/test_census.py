@@ -97,3 +97,29 @@ def test_the_document_is_doctors_rows_for_the_seed_release() -> None:
     section = "\n".join(module.section(SEED, rows))
     assert section in text
     assert "sm120-mxfp4-moe-backend" in section and "GptOssForCausalLM" in section
+
+
+def test_the_census_names_what_sglpatch_list_applies() -> None:
+    """The census, doctor and `sglpatch list` agree: every patch a release's section of the
+    document names is one `sglpatch list --release R` says applies to R."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from sglpatch.cli import app
+
+    text = script().OUT.read_text()
+    known = {patch.id for patch in catalogue.load()}
+    checked = 0
+    for section in re.split(r"^## ", text, flags=re.M):
+        release = section.split("\n", 1)[0].strip()
+        if not re.fullmatch(r"\d+\.\d+\.\d+(?:\.post\d+)?", release):
+            continue
+        named = {word for word in re.findall(r"[a-z0-9]+(?:-[a-z0-9]+)+", section) if word in known}
+        listed = json.loads(
+            CliRunner().invoke(app, ["list", "--release", release, "--json"]).stdout
+        )["patches"]
+        applies = {p["id"] for p in listed if p["effect"] == "applies"}
+        assert named <= applies, (release, named - applies)
+        checked += len(named)
+    assert checked, "the document names no patch: the test proves nothing"

@@ -263,8 +263,9 @@ def _print_given(found: Diagnosis) -> None:
         typer.echo(f"  GPU: {gpu.note}")
     if found.launch is not None:
         flags = [f for f in found.launch.flags if f != "--model-path"]
-        typer.echo(f"  launch: {len(flags)} option{'s' * (len(flags) != 1)} given beside "
-                   f"--model-path{': ' if flags else ''}{' '.join(flags)}")  # fmt: skip
+        beside = " beside --model-path" if found.launch.model_path is not None else ""
+        typer.echo(f"  launch: {len(flags)} option{'s' * (len(flags) != 1)} given{beside}"
+                   f"{': ' if flags else ''}{' '.join(flags)}")  # fmt: skip
 
 
 def _print_eagle3(found: Diagnosis) -> None:

@@ -32,7 +32,12 @@ def diagnose(
     """`sglpatch.doctor.diagnose`'s answer (its docstring says what the arguments mean)."""
     with collector.paused(settle=True):
         release = str(target.release) if target.release is not None else "(release unknown)"
-        parsed = None if launch is None else given.read_launch(target.package_dir, release, launch)
+        named = model is not None or model_path is not None
+        parsed = (
+            None
+            if launch is None
+            else given.read_launch(target.package_dir, release, launch, model_given=named)
+        )
         path = given.model_path(parsed, model, model_path)
         asked = model_asked(model, path)
         patches = catalogue.load(catalog)

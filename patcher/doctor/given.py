@@ -36,12 +36,16 @@ EAGLE3 = "EAGLE3"
 _CONFIG_LIMIT = 64 << 20  # bytes, as models/asked.py reads config.json
 
 
-def read_launch(package_dir: Path, release: str, argv: Sequence[str]) -> Launch:
+def read_launch(
+    package_dir: Path, release: str, argv: Sequence[str], model_given: bool = False
+) -> Launch:
     """`argv` parsed as `release` (whose `sglang/` is `package_dir`) parses its launch; an option
-    it does not know is a one-line UsageError."""
+    it does not know is a one-line UsageError. `model_given`: doctor's --model or --model-path
+    names the model, so the launch may leave out its own --model-path."""
     source = directory_source(package_dir.parent)
     table = read_arguments(source, release)
-    return parse_launch(table, argv, serve_form(source("sglang/cli/serve.py")))
+    serve = serve_form(source("sglang/cli/serve.py"))
+    return parse_launch(table, argv, serve, model_given=model_given)
 
 
 def launched(launch: Launch, flags: Iterable[str]) -> Launched:

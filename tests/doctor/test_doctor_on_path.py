@@ -59,4 +59,16 @@ def test_a_launch_flag_takes_a_start_up_patch_off_the_path(
     chosen = report(trees[SEED], "--", "--model-path", str(olmo), "--attention-backend", "triton")
     assert "sm120-olmo-fa3-fallback" not in blockers(chosen)
     rows = [r for r in chosen["models"] if r["quantization"] is None]  # type: ignore[attr-defined]
-    assert {r["now"] for r in rows} == {"runs"}
+    # Triton's attention runs on 12.0; on 12.1 it needs a ptxas that knows sm_121a.
+    assert {r["capability"]: r["now"] for r in rows} == {"12.0": "runs", "12.1": "needs"}
+
+
+def test_doctors_model_stands_for_the_launchs_model_path(
+    trees: dict[str, Path], tmp_path: Path
+) -> None:
+    """`doctor --model X -- --tp 2`: the launch may leave out --model-path when doctor's own
+    --model names the model (without either, the release's own requirement is the error)."""
+    found = report(trees[SEED], "--model", "olmo2", "--", "--tp", "2")
+    assert found["model"] == "Olmo2ForCausalLM" and found["launch"]["model_path"] is None  # type: ignore[index]
+    refused = CliRunner().invoke(app, ["doctor", "--target", str(trees[SEED]), "--", "--tp", "2"])
+    assert refused.exit_code == ExitCode.USAGE and "needs --model-path" in refused.output

@@ -78,14 +78,19 @@ class Launch:
 
 
 def parse_launch(
-    table: ArgumentTable, argv: Sequence[str], serve: ServeForm | None = None
+    table: ArgumentTable,
+    argv: Sequence[str],
+    serve: ServeForm | None = None,
+    *,
+    model_given: bool = False,
 ) -> Launch:
     """Parse `argv` (the launch's arguments, or the whole command) with `table`.
 
     `serve`: what the release's `sglang serve` does to its arguments (`serve_form`); None when
     the release has no `sglang serve`, which is then an error.
     Raises UsageError (one line) for an option the release does not know, a bad value or choice,
-    or a missing required option.
+    or a missing required option (but `--model-path` when `model_given`: doctor's own --model or
+    --model-path names the model).
     """
     words = list(argv)
     environ, rest = _environment(words)
@@ -110,7 +115,11 @@ def parse_launch(
             )
         raise UsageError(f"SGLang {table.release}'s launch takes no argument {word!r}")
     given = vars(namespace)
-    missing = [o.flags[0] for o in table if o.required and o.dest not in given]
+    missing = [
+        o.flags[0]
+        for o in table
+        if o.required and o.dest not in given and not (model_given and o.dest == "model_path")
+    ]
     if missing:  # checked here, after the unknown words: those are the likelier mistake
         raise UsageError(f"SGLang {table.release}'s launch needs {', '.join(missing)}")
     values: dict[str, Value] = {}
