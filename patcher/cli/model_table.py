@@ -38,7 +38,7 @@ def print_table(rows: Sequence[ModelRow], parts: Sequence[str], release: str) ->
         by_model.setdefault((row.architecture, row.form), {}).setdefault(column, []).append(row)
     counted = {
         "runs": sum(1 for r in rows if r.now == "runs"),
-        "apply": sum(1 for r in rows if r.now == "breaks" and r.after_apply == "runs"),
+        "apply": sum(1 for r in rows if r.now != "runs" and r.after_apply == "runs"),
         "breaks": sum(1 for r in rows if r.after_apply == "breaks"),
         "needs": sum(1 for r in rows if r.after_apply == "needs"),
         "n/e": sum(1 for r in rows if r.after_apply == "not evaluated"),
