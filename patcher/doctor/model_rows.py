@@ -169,7 +169,7 @@ def rows(inputs: Inputs, capabilities: Sequence[str]) -> tuple[ModelRow, ...]:
     }
     found: list[ModelRow] = []
     for (arch, label), variant in sorted(labels.items()):
-        rest = _later_problems(inputs, reached[arch, label]) + _unjudged(inputs, variant)
+        rest = _later_problems(inputs, reached[arch, label]) + _unjudged(inputs, arch, variant)
         for shown in capabilities:
             key = (arch, label, shown)
             gaps = _gaps(inputs, arch, variant, shown)
@@ -308,12 +308,19 @@ def _later_problems(inputs: Inputs, reached: Sequence[coverage.PatchCheck]) -> l
     ]
 
 
-def _unjudged(inputs: Inputs, variant: Variant) -> list[_Problem]:
+def _unjudged(inputs: Inputs, arch: str, variant: Variant) -> list[_Problem]:
     """Steps of this checkpoint's path that nothing judges yet (`facts/unjudged_steps.py`)."""
+    moe = _has_moe(inputs, arch)
     return [
         _Problem(NOT_EVALUATED, why)
-        for why in unjudged_steps.steps(inputs.release, variant.quantization, variant.form)
+        for why in unjudged_steps.steps(inputs.release, variant.quantization, variant.form, moe)
     ]
+
+
+def _has_moe(inputs: Inputs, arch: str) -> bool:
+    """The class reaches MoE layers through its models module or the one it builds on."""
+    scope = inputs.scopes.get(arch)
+    return scope is not None and any(m.startswith(MOE_LAYERS) for m in scope.modules)
 
 
 def _fails(check: coverage.PatchCheck) -> bool:

@@ -18,6 +18,7 @@ class Unjudged(NamedTuple):
     releases: SpecifierSet
     quantization: str | None = None  # the checkpoint's (SGLang's name); None: any
     form: str | None = None  # "dsa": the DSA form only
+    moe: bool = False  # only for classes with MoE layers
 
 
 STEPS: tuple[Unjudged, ...] = (
@@ -32,6 +33,7 @@ STEPS: tuple[Unjudged, ...] = (
         "release before 0.5.11 names a backend there: not judged",
         SpecifierSet("<0.5.11"),
         quantization="modelopt_fp4",
+        moe=True,
     ),
     Unjudged(
         "run time: the DSA indexer's TileLang act_quant, index-K cache store and top-k kernels "
@@ -42,12 +44,14 @@ STEPS: tuple[Unjudged, ...] = (
 )
 
 
-def steps(release: Version, quantization: str | None, form: str | None) -> list[str]:
-    """Why each step a checkpoint of `release` reaches is not judged."""
+def steps(release: Version, quantization: str | None, form: str | None, moe: bool) -> list[str]:
+    """Why each step a checkpoint of `release` reaches is not judged (`moe`: the class has
+    MoE layers)."""
     return [
         step.why
         for step in STEPS
         if release in step.releases
         and (step.quantization is None or step.quantization == quantization)
         and (step.form is None or step.form == form)
+        and (moe or not step.moe)
     ]
