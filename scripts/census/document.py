@@ -67,34 +67,33 @@ def _where(row: ModelRow) -> str:
     return f"`{row.file}`" if row.file else ""
 
 
+def _why_where(row: ModelRow) -> tuple[str, str]:
+    return row.why, _where(row)
+
+
+def _patches_why(row: ModelRow) -> tuple[str, str]:
+    return ", ".join(row.patches), row.why
+
+
+# Each section's title, which rows it holds (by their status after apply), and its two columns.
+_SECTIONS: tuple[tuple[str, str, Callable[[ModelRow], tuple[str, str]], tuple[str, str]], ...] = (
+    ("Breaks after apply", "breaks", _why_where, ("why", "where")),
+    ("Runs after apply", "runs", _patches_why, ("patches", "what breaks without them")),
+    ("Needs a tool or build (after apply)", "needs", _why_where, ("why", "where")),
+    ("Not evaluated", "not evaluated", _why_where, ("why", "where")),
+)
+
+
 def section(release: str, rows: Sequence[ModelRow]) -> list[str]:
     """One release's rows that do not simply run: what apply leaves, what it fixes, what could
     not be evaluated."""
     lines = ["", f"## {release}"]
-    lines += _table(
-        "Breaks after apply",
-        [r for r in rows if r.after_apply == "breaks"],
-        lambda r: (r.why, _where(r)),
-        ("why", "where"),
-    )
-    lines += _table(
-        "Runs after apply",
-        [r for r in rows if r.now != "runs" and r.after_apply == "runs"],
-        lambda r: (", ".join(r.patches), r.why),
-        ("patches", "what breaks without them"),
-    )
-    lines += _table(
-        "Needs a tool or build (after apply)",
-        [r for r in rows if r.after_apply == "needs"],
-        lambda r: (r.why, _where(r)),
-        ("why", "where"),
-    )
-    lines += _table(
-        "Not evaluated",
-        [r for r in rows if r.after_apply == "not evaluated"],
-        lambda r: (r.why, _where(r)),
-        ("why", "where"),
-    )
+    for title, after, reason, columns in _SECTIONS:
+        # "Runs after apply" holds the rows apply makes run, not those that run already.
+        wanted = [
+            r for r in rows if r.after_apply == after and (after != "runs" or r.now != "runs")
+        ]
+        lines += _table(title, wanted, reason, columns)
     return lines
 
 
