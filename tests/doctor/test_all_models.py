@@ -101,6 +101,8 @@ def test_load_time_auto_and_what_apply_cannot_fix(rows: dict[str, tuple[ModelRow
     iquest = one(rows["0.5.23"], "IQuestQ1ForCausalLM", None)
     assert (iquest.now, iquest.after_apply) == ("breaks", "breaks")
     assert "fa3" in iquest.why and not iquest.patches
+    # 0.5.19+ declare the choice in a model override: the row names that override's file.
+    assert iquest.file == "sglang/srt/arg_groups/model_overrides/iquest_q1.py" and iquest.line
     olmo = one(rows["0.5.23"], "Olmo2ForCausalLM", None)
     assert (olmo.now, olmo.after_apply, olmo.patches) == (
         "breaks",

@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import importlib
 import sys
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -165,6 +166,8 @@ class Resolver:
         where.clear()
         with contextlib.suppress(TypeError):  # a class whose layout forbids it: not traced
             args.__class__ = _traced(cls)
+        if self.files.exists(_OVERRIDES_FILE):  # 0.5.16+: model overrides declare, not set
+            _trace_providers(importlib.import_module(_OVERRIDES))
         CONSULTED.names.clear()
         MISSING.names.clear()
         CONSULTED.recording = MISSING.recording = True
@@ -223,6 +226,30 @@ _WATCHED = frozenset(name for names in FIELDS.values() for name in names)
 
 
 _WHERE: dict[str, tuple[str, int]] = {}  # the evaluation under way's (one at a time)
+
+
+_OVERRIDES = "sglang.srt.arg_groups.overrides"
+_OVERRIDES_FILE = "sglang/srt/arg_groups/overrides.py"
+
+
+def _trace_providers(overrides: Any) -> None:
+    """0.5.16+ collect each model override's declarations through `_invoke_provider(fn, ...)`:
+    note in `_WHERE` the override function that declares each field the census reads (its
+    first line), since the fields are set later by a copier."""
+    real = vars(overrides).get("_invoke_provider")
+    if real is None or getattr(real, "_sglpatch_traced", False):
+        return
+
+    def traced(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        declared = real(fn, *args, **kwargs)
+        code = getattr(fn, "__code__", None)
+        if isinstance(code, types.CodeType) and code.co_filename.startswith("sglang/"):
+            for name in set(declared) & _WATCHED if isinstance(declared, dict) else ():
+                _WHERE[name] = (code.co_filename, code.co_firstlineno)
+        return declared
+
+    traced._sglpatch_traced = True  # type: ignore[attr-defined]
+    overrides._invoke_provider = traced
 
 
 @functools.lru_cache(maxsize=16)
