@@ -45,7 +45,6 @@ from sglpatch.doctor.eagle3 import missing_methods
 from sglpatch.doctor.facts.gpus import CAPABILITIES
 from sglpatch.doctor.findings import Finding, Kind
 from sglpatch.doctor.gates import devices, scanner, tables
-from sglpatch.doctor.models.config_fields import given_config
 from sglpatch.doctor.read import pool
 from sglpatch.doctor.read.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, read_file
 from sglpatch.doctor.report import (
@@ -81,6 +80,7 @@ def diagnose(
     capabilities: Sequence[str] = CAPABILITIES,
     beside: Callable[[], Environment | None] | None = None,
     model_from: Path | None = None,
+    config_fields: frozenset[str] | None = None,
     quantization_from: str = "",
     eagle3: bool = False,
     launch: Launched | None = None,
@@ -89,7 +89,7 @@ def diagnose(
 ) -> Diagnosis:
     """The whole answer for the tree at `package_dir`. `beside` reads the environment that runs
     it (its kernels and missing requirements; None: not judged), once the tree is read;
-    `model_from` is the config.json that named `model`."""
+    `model_from` is the config.json that named `model`, `config_fields` the fields it sets."""
     say = progress or (lambda _: None)  # the stages, for a terminal's progress line
     source = Source(package_dir)
     paths, names = _models_asked(source, model)
@@ -131,8 +131,8 @@ def diagnose(
     chosen = reports[0] if model is not None and len(reports) == 1 else None
     suspects = tuple(s for s in every if s.outcome in judged.LISTED)
     asked = _asked(source, paths, read, quantization) if model is not None else None
-    if asked is not None and model_from is not None:
-        asked = asked._replace(config=given_config(model_from))
+    if asked is not None:
+        asked = asked._replace(config=config_fields)
     found = pending.sort(work, chosen, asked, release, launch and launch.passed)
     if asked is not None and rows:  # a start-up patch is a blocker where it changes the start-up
         found = model_rows.on_path(found, rows, quantization, work)

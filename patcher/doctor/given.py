@@ -114,6 +114,17 @@ def quantization(
     return found.method, f"from config.json's {found.where}{scheme}"
 
 
+def config_fields(config: Path | None) -> frozenset[str] | None:
+    """The fields config.json sets (its text_config's too), for the patches whose
+    `Concerns.config` names one (DSA: `index_topk`); None when there is none to read."""
+    loaded = _json(config) if config is not None else None
+    if loaded is None:
+        return None
+    text = loaded.get("text_config")
+    nested = text if isinstance(text, dict) else {}
+    return frozenset(k for k, v in {**nested, **loaded}.items() if v is not None)
+
+
 def _json(path: Path) -> dict[str, Any] | None:
     """A config file's object; None when it cannot be read (models/asked.py has already said
     why for config.json, which named the model)."""

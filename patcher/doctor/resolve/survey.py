@@ -39,15 +39,6 @@ def survey(
     """For the SGLang at `package_dir`: each architecture's variants, and each one's outcome
     on each capability, launched with `flags` (a picklable answer, for a worker)."""
     files = tree_files(package_dir)
-    return survey_files(files, capabilities, architectures, flags)
-
-
-def survey_files(
-    files: ReleaseFiles,
-    capabilities: Sequence[str],
-    architectures: Sequence[str],
-    flags: Mapping[str, object] = {},
-) -> tuple[dict[str, list[Variant]], dict[Key, Outcome]]:
     forms = {arch: variants(files, arch) for arch in architectures}
     outcomes: dict[Key, Outcome] = {}
     with quiet():
@@ -95,19 +86,6 @@ def evaluate(
         return Outcome(not_evaluated=f"{type(error).__name__}: {str(error)[:200]}")
 
 
-def again(
-    files: ReleaseFiles,
-    shown: str,
-    replaced: Mapping[str, bytes],
-    wanted: Sequence[tuple[str, Variant]],
-    flags: Mapping[str, object] = {},
-) -> list[Outcome]:
-    """The same variants on a tree with some files replaced (a patch applied in memory)."""
-    resolver = Resolver(files, capability(shown), replaced)
-    with quiet(), resolver.sandbox.active():
-        return [evaluate(resolver, arch, variant, flags) for arch, variant in wanted]
-
-
 def again_at(
     package_dir: Path,
     shown: str,
@@ -115,8 +93,11 @@ def again_at(
     wanted: Sequence[tuple[str, Variant]],
     flags: Mapping[str, object] = {},
 ) -> list[Outcome]:
-    """`again` for the SGLang at `package_dir` (picklable arguments, for a worker)."""
-    return again(tree_files(package_dir), shown, replaced, wanted, flags)
+    """The same variants of the SGLang at `package_dir` with some files replaced (a patch
+    applied in memory); picklable arguments, for a worker."""
+    resolver = Resolver(tree_files(package_dir), capability(shown), replaced)
+    with quiet(), resolver.sandbox.active():
+        return [evaluate(resolver, arch, variant, flags) for arch, variant in wanted]
 
 
 @contextlib.contextmanager
