@@ -34,6 +34,8 @@ def _isolate_the_session() -> Path:
         GIT_CONFIG_NOSYSTEM="1",
     )
     os.environ.pop("SGLPATCH_LEDGER", None)
+    # doctor's compile cache: the session's own (a test of the cache sets another).
+    os.environ["SGLPATCH_CACHE_DIR"] = str(home / "cache")
     # doctor asks nvidia-smi which GPUs are present (without --capability): here no GPU answers,
     # on any machine, as on one without nvidia-smi. Tests of the question put theirs first.
     stand_ins = home / "bin"

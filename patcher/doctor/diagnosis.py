@@ -97,32 +97,38 @@ def diagnose(
     with pool.Pool() as workers:  # on an error, the workers are stopped, their work dropped
         rows_for = capabilities if release is not None and (all_models or model) else ()
         flags = dict(launch.fields) if launch is not None else {}
-        read = _read(
+        reading = _read(
             source, package_dir, release, patches, paths, names, helpers, say, workers, rows_for,
             flags,
         )  # fmt: skip
-        if not read.survey:
-            workers.finish()  # they end while what they found is judged here
-        work = coverage.pending(read.checks)
-        covered, gone = _covered(source, helpers, read, work)
+        rows_read = _rows_read(source, release, reading, flags)  # None: no rows asked for
+        scoped = model_rows.scopes(rows_read) if rows_read else {}  # while the catalogue runs
+        work = coverage.pending(reading.checks)  # the catalogue's worker started first
         reports = tuple(
-            _model_report(source, read.models, r, read.required, work)
-            for r in read.registered
+            _model_report(source, reading.models, r, reading.required, work)
+            for r in reading.registered
             if not r.excluded
         )
-        rows = None
-        if read.survey and release is not None:  # the workers run the resolution again
-            say("judging each model on 12.0 and 12.1")
-            served = [r for r in read.registered if not _is_draft(r)]
-            rows = model_rows.build(
-                model_rows.Read(
-                    source, release, read.models, served, [t.result() for t in read.survey], flags
-                ),
+        started = (  # the start-up patches run again in the workers while they scan
+            model_rows.build(
+                rows_read,
+                scoped,
                 work,
                 frozenset(r.fixed_by for r in reports if r.fixed_by),
                 capabilities,
                 workers.run,
             )
+            if rows_read
+            else None
+        )
+        read = reading.finish()
+        if started is None:
+            workers.finish()  # they end while what they found is judged here
+        covered, gone = _covered(source, helpers, read, work)
+        rows = None
+        if started is not None:
+            say("judging each model on 12.0 and 12.1")
+            rows = started.result()
             workers.finish()
         every = [  # a patch in the tree keeps 12 out of the function holding it
             s._replace(outcome=judged.HARMLESS) if s.finding in gone else s
@@ -194,9 +200,6 @@ class _Read(NamedTuple):
     required: dict[str, tuple[str, ...]]  # EAGLE-3 method -> where the target's code calls it
     models: census.Models
     registered: list[census.Registered]  # the classes --model chose, or all
-    # The start-up resolution of every served class's checkpoints, a task per part (none: not
-    # asked for).
-    survey: tuple[pool.Task[tuple[dict[str, list[Variant]], dict[Key, Outcome]]], ...] = ()
 
 
 def _read(
@@ -211,7 +214,7 @@ def _read(
     workers: pool.Pool,
     rows_for: Sequence[str] = (),
     flags: Mapping[str, object] = {},
-) -> _Read:
+) -> _Reading:
     """The scan and the catalogue run in `workers` while this process reads the models."""
     say("scanning capability gates")
     scan = scanner.Scan(source, helpers, workers)  # git grep runs while the tree is listed
@@ -231,14 +234,55 @@ def _read(
         r for r in census.registered(source, models, paths) if not names or r.name in names
     ]
     served = sorted({r.name for r in registered if not _is_draft(r)})
-    surveyed = tuple(
-        workers.run(survey.survey, package_dir, (part,), tuple(served), flags) for part in rows_for
+    # One task: 12.0's run answers for 12.1 too wherever the release lets it.
+    surveyed = (
+        workers.run(survey.survey, package_dir, tuple(rows_for), tuple(served), flags)
+        if rows_for
+        else None
     )
     scan.start()
     say("running the catalogue in memory")
-    findings = _beside(scan.result(), package_dir)
-    checks = _ours(run.result(), patches) if run is not None else []
-    return _Read(findings, checks, required, models, registered, surveyed)
+    return _Reading(package_dir, scan, run, patches, required, models, registered, surveyed)
+
+
+class _Reading:
+    """The tree read while the workers scan it and run the catalogue (and the survey)."""
+
+    def __init__(
+        self,
+        package_dir: Path,
+        scan: scanner.Scan,
+        run: pool.Task[list[coverage.PatchCheck]] | None,
+        patches: Sequence[Patch],
+        required: dict[str, tuple[str, ...]],
+        models: census.Models,
+        registered: list[census.Registered],
+        survey: pool.Task[tuple[dict[str, list[Variant]], dict[Key, Outcome]]] | None,
+    ) -> None:
+        self.package_dir, self.scan, self.run, self.patches = package_dir, scan, run, patches
+        self.required, self.models, self.registered = required, models, registered
+        self.survey = survey
+
+    @functools.cached_property
+    def checks(self) -> list[coverage.PatchCheck]:
+        """The catalogue run in memory (none: release unknown)."""
+        return _ours(self.run.result(), self.patches) if self.run is not None else []
+
+    def finish(self) -> _Read:
+        """What the scan found, once it has."""
+        findings = _beside(self.scan.result(), self.package_dir)
+        return _Read(findings, self.checks, self.required, self.models, self.registered)
+
+
+def _rows_read(
+    source: Source, release: Version | None, reading: _Reading, flags: Mapping[str, object]
+) -> model_rows.Read | None:
+    """What the rows are built from, the survey's answer waited for only when they are."""
+    task = reading.survey
+    if task is None or release is None:
+        return None
+    served = [r for r in reading.registered if not _is_draft(r)]
+    return model_rows.Read(source, release, reading.models, served, task.result, flags)
 
 
 def _is_draft(entry: census.Registered) -> bool:

@@ -35,10 +35,10 @@ from sglpatch.doctor.facts.model_configs import EVERY_MODEL, family
 from sglpatch.doctor.read.source_tree import Source
 from sglpatch.doctor.report import ModelRow
 from sglpatch.doctor.resolve import Outcome, run_whole
-from sglpatch.doctor.resolve.survey import Key, again_at
+from sglpatch.doctor.resolve.survey import Key, Wanted, again_at
 from sglpatch.doctor.resolve.survey import capability as parsed_capability
 from sglpatch.doctor.resolve.variants import Variant
-from sglpatch.patch import MOE_LAYERS
+from sglpatch.patch import MOE_LAYERS, Effect
 from sglpatch.results import Failed
 
 RUNS, BREAKS, NOT_EVALUATED, NEEDS = "runs", "breaks", "not evaluated", "needs"
@@ -51,7 +51,7 @@ NOT_KERNELS = frozenset({"auto", "nsa", "dsa"})
 class Later(Protocol):
     """Work handed over: its answer when asked."""
 
-    def result(self) -> list[Outcome]: ...
+    def result(self) -> dict[str, list[Outcome]]: ...
 
 
 class _Problem(NamedTuple):
@@ -67,8 +67,8 @@ class Inputs(NamedTuple):
 
     release: Version
     # Runs `survey.again_at(package_dir, ...)`, in a worker where there is one: an object whose
-    # result() is the outcomes.
-    again: Callable[[str, Mapping[str, bytes], Sequence[tuple[str, Variant]]], Later]
+    # result() is the outcomes, by part.
+    again: Callable[[Mapping[str, bytes], Mapping[str, Wanted]], Later]
     forms: Mapping[str, Sequence[Variant]]
     outcomes: Mapping[Key, Outcome]
     scopes: Mapping[str, pending.Scope]  # per architecture, quantization left unset
@@ -83,67 +83,106 @@ class Read(NamedTuple):
     release: Version
     models: census.Models
     served: Sequence[census.Registered]  # the classes judged (drafts left out)
-    surveyed: Sequence[tuple[dict[str, list[Variant]], dict[Key, Outcome]]]  # `survey.survey`'s
+    # `survey.survey`'s answer, waited for when the rows are built.
+    surveyed: Callable[[], tuple[dict[str, list[Variant]], dict[Key, Outcome]]]
     flags: Mapping[str, object] = {}  # the launch's options, by ServerArgs field
 
 
-def build(
-    read: Read,
-    work: Sequence[coverage.PatchCheck],
-    eagle3_fixes: frozenset[str],
-    capabilities: Sequence[str],
-    submit: Callable[..., Later],
-) -> tuple[ModelRow, ...]:
-    """The rows of every class in `read.served`, each scoped as doctor scopes `--model`;
-    `submit(fn, *args)` runs the resolution again for the start-up patches (a pool's `run`)."""
-    forms = {arch: found for answer in read.surveyed for arch, found in answer[0].items()}
-    outcomes = {key: outcome for answer in read.surveyed for key, outcome in answer[1].items()}
-    scopes = {
+def scopes(read: Read) -> dict[str, pending.Scope]:
+    """Each class of `read.served` scoped as doctor scopes `--model` (its modules read: done
+    while the workers still run the survey)."""
+    return {
         r.name: pending.Scope(
             {r.name}, pending.modules_of(read.models, [r]), {read.source.shown(r.path)}, None
         )
         for r in read.served
-        if r.name in forms
     }
+
+
+def build(
+    read: Read,
+    scoped: Mapping[str, pending.Scope],
+    work: Sequence[coverage.PatchCheck],
+    eagle3_fixes: frozenset[str],
+    capabilities: Sequence[str],
+    submit: Callable[..., Later],
+) -> Started:
+    """The rows of every class in `read.served` (`scoped` by `scopes`), under way:
+    `submit(fn, *args)` runs the resolution again for the start-up patches (a pool's `run`),
+    and the answer's `result()` waits for those and gives the rows."""
+    forms, outcomes = read.surveyed()
+    scopes = {name: scope for name, scope in scoped.items() if name in forms}
     package_dir = read.source.package_dir
 
-    def again(
-        shown: str, replaced: Mapping[str, bytes], wanted: Sequence[tuple[str, Variant]]
-    ) -> Later:
-        return submit(again_at, package_dir, shown, replaced, wanted, read.flags)
+    def again(replaced: Mapping[str, bytes], asked: Mapping[str, Wanted]) -> Later:
+        return submit(again_at, package_dir, replaced, asked, read.flags)
 
     inputs = Inputs(read.release, again, forms, outcomes, scopes, work, eagle3_fixes)
-    return rows(inputs, capabilities)
+    return start(inputs, capabilities)
 
 
-def rows(inputs: Inputs, capabilities: Sequence[str]) -> tuple[ModelRow, ...]:
+_Batch = tuple[coverage.PatchCheck, dict[str, list[Key]], Later]
+
+
+class Started(NamedTuple):
+    """Rows whose start-up patches are being run again (in the workers)."""
+
+    inputs: Inputs
+    capabilities: Sequence[str]
+    labels: dict[tuple[str, str], Variant]
+    reached: dict[tuple[str, str], list[coverage.PatchCheck]]
+    now: dict[Key, list[_Problem]]
+    batches: list[_Batch]
+
+    def result(self) -> tuple[ModelRow, ...]:
+        return _finish(self)
+
+
+def start(inputs: Inputs, capabilities: Sequence[str]) -> Started:
     release = str(inputs.release)
     labels = {(arch, v.label): v for arch, forms in inputs.forms.items() for v in forms}
-    reached = {pair: _reached(inputs, *pair) for pair in labels}
+    blocking = _blocking(inputs)
+    reached = {pair: _reached(inputs, blocking, *pair) for pair in labels}
     now = {
         key: _judge(outcome, key[2], release) + _unrecorded(outcome, key[0], labels[key[:2]])
         for key, outcome in inputs.outcomes.items()
     }
     # Each start-up patch is run alone: a problem is fixed when one of them takes it away,
     # and what one of them brings (a choice that fails too) is added.
-    fixed: dict[Key, set[str]] = {key: set() for key in now}
-    brought: dict[Key, list[_Problem]] = {key: [] for key in now}
-    later: dict[Key, list[_Problem]] = {key: [] for key in now}
-    changed: dict[Key, list[str]] = {key: [] for key in now}
-    batches = []  # all handed over first: the workers run them side by side
+    batches: list[_Batch] = []  # all handed over at once: the workers run them side by side
     for check in _startup_patches(inputs.work):
-        for shown in capabilities:
-            keys = [
+        keys = {
+            shown: [
                 k
                 for k, found in now.items()
                 if k[2] == shown and (check in reached[k[0], k[1]] or _breaks(found))
             ]
-            if keys:
-                wanted = [(k[0], labels[k[0], k[1]]) for k in keys]
-                replaced = {check.file: check.after} if check.after is not None else {}
-                batches.append((check, shown, keys, inputs.again(shown, replaced, wanted)))
-    for check, shown, keys, task in batches:
-        for key, outcome in zip(keys, task.result(), strict=True):
+            for shown in capabilities
+        }
+        asked = {
+            part: [(k[0], labels[k[0], k[1]]) for k in found]
+            for part, found in keys.items()
+            if found
+        }
+        if asked:
+            replaced = {check.file: check.after} if check.after is not None else {}
+            batches.append((check, keys, inputs.again(replaced, asked)))
+    return Started(inputs, capabilities, labels, reached, now, batches)
+
+
+def _finish(started: Started) -> tuple[ModelRow, ...]:
+    inputs, capabilities, labels, reached, now, batches = started
+    release = str(inputs.release)
+    fixed: dict[Key, set[str]] = {key: set() for key in now}
+    brought: dict[Key, list[_Problem]] = {key: [] for key in now}
+    later: dict[Key, list[_Problem]] = {key: [] for key in now}
+    changed: dict[Key, list[str]] = {key: [] for key in now}
+    for check, keys, task in batches:
+        answers = task.result()
+        for key, outcome in (
+            pair for shown in answers for pair in zip(keys[shown], answers[shown], strict=True)
+        ):
+            shown = key[2]
             before = inputs.outcomes[key]
             if outcome.not_evaluated or (outcome.choices, outcome.refused) == (
                 before.choices,
@@ -230,9 +269,11 @@ def _startup(check: coverage.PatchCheck) -> bool:
     return run_whole(check.file[: -len(".py")].replace("/", "."))
 
 
-def _reached(inputs: Inputs, arch: str, label: str) -> list[coverage.PatchCheck]:
-    """The pending patches this checkpoint's start-up reaches with default flags, by their
-    `concerns` (doctor's blockers for it), EAGLE-3's methods aside."""
+def _reached(
+    inputs: Inputs, work: Sequence[coverage.PatchCheck], arch: str, label: str
+) -> list[coverage.PatchCheck]:
+    """The patches of `work` (`_blocking`'s) this checkpoint's start-up reaches with default
+    flags, by their `concerns` (doctor's blockers for it)."""
     scope = inputs.scopes.get(arch)
     if scope is None:
         return []
@@ -241,9 +282,19 @@ def _reached(inputs: Inputs, arch: str, label: str) -> list[coverage.PatchCheck]
         quantization=variant.quantization or "unquantized",
         config=frozenset(("architectures", *(name for name, _ in variant.extra))),
     )
-    work = [c for c in inputs.work if c.patch.id not in inputs.eagle3_fixes]
-    ids = {b.source for b in pending.sort(work, None, asked, inputs.release).blockers}
+    ids = {b.source for b in pending.sort(work, None, asked, None).blockers}
     return [c for c in work if c.patch.id in ids]
+
+
+def _blocking(inputs: Inputs) -> list[coverage.PatchCheck]:
+    """The pending patches that may block a model: not EAGLE-3's methods, not a table's
+    completion (sorted once here, not again for every checkpoint)."""
+    return [
+        c
+        for c in inputs.work
+        if c.patch.id not in inputs.eagle3_fixes
+        and c.patch.effect_on(inputs.release) is not Effect.TABLE
+    ]
 
 
 def on_path(

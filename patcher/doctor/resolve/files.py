@@ -41,7 +41,6 @@ class ReleaseFiles:
         self._exists = functools.cache(exists)
         self._below = functools.cache(below)
         self._requirements = requirements
-        self.parsed = functools.lru_cache(maxsize=256)(self._parse)
 
     def read(self, path: str) -> bytes:
         return self._read(path)
@@ -55,17 +54,18 @@ class ReleaseFiles:
 
     def tree(self, path: str) -> ast.Module:
         """The module at `path`, parsed once (readers never change a node)."""
-        return self.parsed(self.read(path))
-
-    @staticmethod
-    def _parse(source: bytes) -> ast.Module:
-        return ast.parse(source)
+        return parsed(self.read(path))
 
     @functools.cached_property
     def installed(self) -> frozenset[str]:
         """The top-level modules an install of the release has: its unconditional requirements
         (as import names) and torch, triton, transformers, sgl_kernel and flashinfer."""
         return ALWAYS_INSTALLED | import_names(self._requirements())
+
+
+@functools.lru_cache(maxsize=256)  # by content: every re-run of a release shares the trees
+def parsed(source: bytes) -> ast.Module:
+    return ast.parse(source)
 
 
 def import_names(requirements: str) -> frozenset[str]:

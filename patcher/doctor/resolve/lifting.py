@@ -4,12 +4,13 @@ real module that define it (and, first, those its free names need)."""
 from __future__ import annotations
 
 import ast
-import functools
 import logging
 import types
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from sglpatch.doctor.resolve import disk_cache
+from sglpatch.doctor.resolve.files import parsed
 from sglpatch.doctor.resolve.stand_ins import Unknown
 
 
@@ -45,14 +46,88 @@ def _loads(statement: ast.stmt) -> set[str]:
     return {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)}
 
 
-@functools.lru_cache(maxsize=1024)  # a release's lifted modules, patched copies beside
-def _index(source: bytes) -> tuple[ast.Module, dict[str, list[int]]]:
-    tree = ast.parse(source)
-    where: dict[str, list[int]] = {}
-    for number, statement in enumerate(tree.body):
-        for name in _defines(statement):
-            where.setdefault(name, []).append(number)
-    return tree, where
+Statement = tuple[types.CodeType, set[str], set[str], set[str]]  # code, needs now, later, binds
+_ANALYSIS = b"lifting 1"  # what `_needs` and `_defines` compute: change it when they change
+
+
+class _Analysed:
+    """One module's top-level statements: which binds each name, and those compiled so far
+    (each with the names it needs now and later and those it binds), kept on disk between
+    runs; the module is parsed only for a statement not compiled before."""
+
+    def __init__(self, source: bytes, filename: str) -> None:
+        self.source, self.filename = source, filename
+        self.entry = disk_cache.name(_ANALYSIS, filename.encode(), source)
+        self.tree: ast.Module | None = None
+        self.new = False  # statements compiled here that the disk does not hold
+        kept = _valid(disk_cache.load(self.entry))
+        if kept is not None:
+            self.where, self.statements = kept
+            return
+        self.where = {}
+        self.statements = {}
+        for number, statement in enumerate(self._tree().body):
+            for name in _defines(statement):
+                self.where.setdefault(name, []).append(number)
+        self.new = True
+
+    def _tree(self) -> ast.Module:
+        if self.tree is None:
+            self.tree = parsed(self.source)
+        return self.tree
+
+    def statement(self, number: int) -> Statement:
+        found = self.statements.get(number)
+        if found is None:
+            statement = self._tree().body[number]
+            now, later = _needs(statement)
+            code = compile(ast.Module(body=[statement], type_ignores=[]), self.filename, "exec")
+            found = self.statements[number] = (code, now, later, _defines(statement))
+            self.new = True
+        return found
+
+    def keep(self) -> None:
+        """Saves what was compiled here, with what another run saved meanwhile."""
+        if not self.new:
+            return
+        kept = _valid(disk_cache.load(self.entry))
+        statements = {**kept[1], **self.statements} if kept is not None else self.statements
+        disk_cache.save(self.entry, (self.where, statements))
+        self.new = False
+
+
+def _valid(kept: object) -> tuple[dict[str, list[int]], dict[int, Statement]] | None:
+    """A loaded entry of the shape `keep` writes, or None."""
+    if not (isinstance(kept, tuple) and len(kept) == 2):
+        return None
+    where, statements = kept
+    if not (isinstance(where, dict) and isinstance(statements, dict)):
+        return None
+    for value in statements.values():
+        if not (isinstance(value, tuple) and len(value) == 4):
+            return None
+        if not isinstance(value[0], types.CodeType):
+            return None
+    return where, statements
+
+
+_ANALYSED: dict[tuple[bytes, str], _Analysed] = {}  # a release's modules, patched copies beside
+
+
+def _analysed(source: bytes, filename: str) -> _Analysed:
+    found = _ANALYSED.get((source, filename))
+    if found is None:
+        if len(_ANALYSED) >= 1024:
+            keep_analyses()
+            _ANALYSED.clear()
+        found = _ANALYSED[source, filename] = _Analysed(source, filename)
+    return found
+
+
+def keep_analyses() -> None:
+    """Saves to disk what this process compiled (at the end of a survey's work)."""
+    for analysed in _ANALYSED.values():
+        analysed.keep()
 
 
 class LiftedModule(types.ModuleType):
@@ -70,9 +145,9 @@ class LiftedModule(types.ModuleType):
     def __getattr__(self, attribute: str) -> Any:
         if attribute.startswith("__") and attribute.endswith("__"):
             raise AttributeError(attribute)
-        tree, where = _index(self._source)
+        where = self._analysed().where
         if attribute in where:
-            self._run(where[attribute], tree, set())
+            self._run(where[attribute], set())
             if attribute in self.__dict__:
                 return self.__dict__[attribute]
         submodule = self._sandbox.submodule(self.__name__, attribute)
@@ -80,18 +155,22 @@ class LiftedModule(types.ModuleType):
             return submodule
         return Unknown(f"{self.__name__}.{attribute}")
 
-    def _run(self, numbers: list[int], tree: ast.Module, seen: set[int]) -> None:
+    def _analysed(self) -> _Analysed:
+        return _analysed(self._source, self.__file__ or self.__name__)
+
+    def _run(self, numbers: list[int], seen: set[int]) -> None:
         """Run the statements defining a name: first those the definition itself needs (a base
         class, a decorator, a default), then it, then those its function bodies will read."""
-        _, where = _index(self._source)
+        analysed = self._analysed()
+        where = analysed.where
         for number in numbers:
             if number in self._done or number in seen:
                 continue
             seen.add(number)
-            code, now, later, own = _statement(self._source, number, self.__file__ or self.__name__)
+            code, now, later, own = analysed.statement(number)
             for free in sorted(now - own):
                 if free in where and free not in self.__dict__:
-                    self._run(where[free], tree, seen)
+                    self._run(where[free], seen)
             self._done.add(number)
             try:
                 exec(code, self.__dict__)
@@ -101,19 +180,7 @@ class LiftedModule(types.ModuleType):
                 )
             for free in sorted(later - own):
                 if free in where and free not in self.__dict__:
-                    self._run(where[free], tree, set())
-
-
-@functools.lru_cache(maxsize=16384)
-def _statement(
-    source: bytes, number: int, filename: str
-) -> tuple[types.CodeType, set[str], set[str], set[str]]:
-    """One top-level statement compiled, with the names it needs now and later and those it
-    binds: the same for every sandbox that lifts it (each capability, each patch tried)."""
-    statement = _index(source)[0].body[number]
-    now, later = _needs(statement)
-    code = compile(ast.Module(body=[statement], type_ignores=[]), filename, "exec")
-    return code, now, later, _defines(statement)
+                    self._run(where[free], set())
 
 
 def _needs(statement: ast.stmt) -> tuple[set[str], set[str]]:

@@ -7,7 +7,7 @@ import ast
 import functools
 from typing import Any
 
-from sglpatch.doctor.resolve.files import ReleaseFiles
+from sglpatch.doctor.resolve.files import ReleaseFiles, parsed
 from sglpatch.doctor.resolve.stand_ins import Consulted
 
 MODEL_CONFIG = "sglang/srt/configs/model_config.py"
@@ -39,6 +39,11 @@ class StandInConfig:
             }
         )
 
+    def __getattribute__(self, name: str) -> Any:
+        if name in _QUANTIZATION_SEEN_BY:
+            QUANTIZATION.note(f"hf_config.{name}")
+        return object.__getattribute__(self, name)
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
@@ -49,7 +54,7 @@ class StandInConfig:
         return dict(self.__dict__)
 
     def get_text_config(self) -> StandInConfig:
-        text = self.__dict__.get("text_config")
+        text = object.__getattribute__(self, "__dict__").get("text_config")  # not a read of all
         return text if isinstance(text, StandInConfig) else self
 
 
@@ -58,6 +63,10 @@ def _nested(key: str) -> bool:
 
 
 MISSING = Consulted()  # model attributes the code under test asked for and we do not model
+# Whether the code under test read the checkpoint's quantization (the one thing in which the
+# checkpoints of one model differ): where it did not, they all get the same outcome.
+QUANTIZATION = Consulted()
+_QUANTIZATION_SEEN_BY = frozenset({"quantization", "quantization_config", "__dict__", "to_dict"})
 
 
 class StandInModelConfig:
@@ -92,6 +101,11 @@ class StandInModelConfig:
     def get_num_kv_heads(self, tp_size: int) -> int:
         return max(1, self.num_key_value_heads // tp_size)
 
+    def __getattribute__(self, name: str) -> Any:
+        if name in _QUANTIZATION_SEEN_BY:
+            QUANTIZATION.note(f"model_config.{name}")
+        return object.__getattribute__(self, name)
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
@@ -99,11 +113,15 @@ class StandInModelConfig:
         raise AttributeError(f"the stand-in ModelConfig has no {name}")
 
 
-@functools.lru_cache(maxsize=8)
 def mla_architectures(files: ReleaseFiles) -> frozenset[str]:
     """The architectures the release's ModelConfig gives `AttentionArch.MLA`: the string
     constants of each `if` whose body sets `self.attention_arch = AttentionArch.MLA`."""
-    tree = files.tree(MODEL_CONFIG)
+    return _mla_in(files.read(MODEL_CONFIG))
+
+
+@functools.lru_cache(maxsize=8)  # by content: the same for every re-run of one release
+def _mla_in(source: bytes) -> frozenset[str]:
+    tree = parsed(source)
     found: set[str] = set()
     for node in ast.walk(tree):
         if not isinstance(node, ast.If):

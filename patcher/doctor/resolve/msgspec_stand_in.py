@@ -4,7 +4,9 @@ defaults of ServerArgs' fields read either way."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
+from collections.abc import Callable
 from typing import Any
 
 _NODEFAULT = type("NoDefault", (), {"__repr__": lambda self: "NODEFAULT"})()
@@ -93,17 +95,22 @@ def msgspec_module() -> types.ModuleType:
 def field_defaults(cls: type) -> dict[str, Any]:
     """The defaults of ServerArgs' fields (a default factory is called): a dataclass to 0.5.18,
     a msgspec Struct from 0.5.19."""
-    values: dict[str, Any] = {}
+    return {name: factory() if factory else value for name, value, factory in _layout(cls)}
+
+
+@functools.lru_cache(maxsize=4)  # read once per sandbox's class: every model asks for them
+def _layout(cls: type) -> tuple[tuple[str, Any, Callable[[], Any] | None], ...]:
+    found: list[tuple[str, Any, Callable[[], Any] | None]] = []
     if not dataclasses.is_dataclass(cls):
         for f in cls._census_fields:  # type: ignore[attr-defined]
             if f.default_factory is not _NODEFAULT:
-                values[f.name] = f.default_factory()
+                found.append((f.name, None, f.default_factory))
             elif f.default is not _NODEFAULT:
-                values[f.name] = f.default
-        return values
+                found.append((f.name, f.default, None))
+        return tuple(found)
     for field in dataclasses.fields(cls):
         if field.default is not dataclasses.MISSING:
-            values[field.name] = field.default
+            found.append((field.name, field.default, None))
         elif field.default_factory is not dataclasses.MISSING:
-            values[field.name] = field.default_factory()
-    return values
+            found.append((field.name, None, field.default_factory))
+    return tuple(found)

@@ -36,6 +36,7 @@ from sglpatch.doctor.resolve.files import ReleaseFiles
 from sglpatch.doctor.resolve.model import (
     CHECKPOINTS,
     MISSING,
+    QUANTIZATION,
     StandInConfig,
     StandInModelConfig,
     mla_architectures,
@@ -97,6 +98,9 @@ class Outcome:
     # The same refusal on a reference GPU (10.0): the launch needs a flag everywhere, which is
     # no capability-12 gap (set by `survey`).
     refused_on_reference: bool = False
+    # The release never read the checkpoint's quantization: the model's other checkpoints
+    # (the same fields, another quantization) get this outcome too.
+    quantization_unread: bool = False
 
 
 class Resolver:
@@ -135,9 +139,11 @@ class Resolver:
         SGLang's ModelConfig resolves it to, launched with `flags`."""
         with self.sandbox.active():
             try:
-                return self._evaluate(hf, quantization, flags)
+                outcome = self._evaluate(hf, quantization, flags)
+                unread = QUANTIZATION.recording and not QUANTIZATION.names
+                return dataclasses.replace(outcome, quantization_unread=unread)
             finally:
-                CONSULTED.recording = MISSING.recording = False
+                CONSULTED.recording = MISSING.recording = QUANTIZATION.recording = False
 
     def _evaluate(
         self, hf: Mapping[str, Any], quantization: str | None, flags: Mapping[str, object]
@@ -148,20 +154,24 @@ class Resolver:
         self._current = StandInModelConfig(
             StandInConfig(**hf), quantization, arch in mla_architectures(self.files), arch_enum
         )
+        QUANTIZATION.names.clear()
+        QUANTIZATION.recording = True  # to the end of the evaluation, whoever reads it
         cls = server_args_module.ServerArgs
         args = cls.__new__(cls)
         defaults = field_defaults(cls)
         given = {name: value for name, value in flags.items() if name in defaults}
-        for name, value in {
-            **defaults,
-            **given,
-            "model_path": "stand-in/model",
-            "device": "cuda",
-            "model_config": self._current,  # 0.5.3-0.5.18: get_model_config() memo
-            "_model_config": self._current,  # 0.5.19+: model_config_of() memo
-            "_resolved_overrides": [],
-        }.items():
-            object.__setattr__(args, name, value)
+        _fill(
+            args,
+            {
+                **defaults,
+                **given,
+                "model_path": "stand-in/model",
+                "device": "cuda",
+                "model_config": self._current,  # 0.5.3-0.5.18: get_model_config() memo
+                "_model_config": self._current,  # 0.5.19+: model_config_of() memo
+                "_resolved_overrides": [],
+            },
+        )
         where = _WHERE
         where.clear()
         with contextlib.suppress(TypeError):  # a class whose layout forbids it: not traced
@@ -218,6 +228,29 @@ class Resolver:
             refused_at=refused_at,
             absent=tuple(MISSING.names),
         )
+
+
+def _fill(args: object, values: dict[str, Any]) -> None:
+    """Sets the fields as `object.__setattr__` would, in one step where the instance keeps them
+    in its `__dict__` (four hundred fields, for every checkpoint)."""
+    kind: type = type(args)
+    setters = _setters(kind)
+    held = getattr(args, "__dict__", None)
+    if held is None:
+        setters = frozenset(values)
+    else:
+        held.update((name, value) for name, value in values.items() if name not in setters)
+    for name in setters & values.keys():
+        object.__setattr__(args, name, values[name])
+
+
+@functools.lru_cache(maxsize=16)
+def _setters(cls: type) -> frozenset[str]:
+    """The names `cls` sets through a descriptor (a property, a slot), not its `__dict__`."""
+    return frozenset(
+        name for klass in cls.__mro__ for name, value in vars(klass).items()
+        if hasattr(type(value), "__set__")
+    )  # fmt: skip
 
 
 # 0.5.16+ functions that copy declared values onto the fields: not where a choice is made.

@@ -10,21 +10,24 @@ import functools
 import importlib
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 import types
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from sglpatch.doctor.resolve import disk_cache
 from sglpatch.doctor.resolve.files import ReleaseFiles
 from sglpatch.doctor.resolve.lifting import LiftedModule
 from sglpatch.doctor.resolve.msgspec_stand_in import msgspec_module
 from sglpatch.doctor.resolve.stand_ins import (
-    DEVICE_NAMES,
     STUBBED,
     Capability,
     CudaPlatform,
     StandInModule,
+    arm64_host,
+    device_name,
     stand_in_torch,
 )
 
@@ -137,11 +140,11 @@ class Sandbox(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             **STUBBED,
             "is_flashinfer_available": lambda: True,  # every wheel requires flashinfer_python
             "is_triton_kernels_available": lambda: True,
-            "get_device_name": lambda device_id=0: DEVICE_NAMES[capability],
+            "get_device_name": lambda device_id=0: device_name(capability),
             "get_nvidia_driver_version": lambda: (580, 0),
             "check_pkg_version_at_least": lambda pkg, version: True,
             "get_device_memory_capacity": lambda device=None: 96 * 1024,
-            "is_host_cpu_arm64": lambda: capability == (12, 1),
+            "is_host_cpu_arm64": lambda: arm64_host(capability),
             "use_mlx": lambda: False,
         }
 
@@ -177,31 +180,39 @@ class Sandbox(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             sys.modules.update(saved)
 
 
-def _environ() -> dict[str, str]:
-    import os
+def _environ() -> dict[Any, Any]:
+    """os.environ as it stands: its encoded pairs where CPython keeps them (copying those
+    decodes nothing: an evaluation's snapshot cost more than the evaluation's own steps)."""
+    return dict(getattr(os.environ, "_data", os.environ))
 
-    return dict(os.environ)
 
-
-def _restore(environ: dict[str, str]) -> None:
+def _restore(environ: dict[Any, Any]) -> None:
     """os.environ as `environ` held it: only the variables that changed are set or unset (the
     release sets a few; clearing and refilling all of them took a third of an evaluation)."""
-    import os
-
-    if os.environ == environ:
+    now: Any = getattr(os.environ, "_data", os.environ)
+    if now == environ:
         return
-    for name in [n for n in os.environ if n not in environ]:
-        del os.environ[name]
-    for name, value in environ.items():
-        if os.environ.get(name) != value:
-            os.environ[name] = value
+    decoded = now is not os.environ
+    key: Callable[[Any], str] = os.environ.decodekey if decoded else str
+    value: Callable[[Any], str] = os.environ.decodevalue if decoded else str
+    for name in [n for n in now if n not in environ]:
+        del os.environ[key(name)]
+    for name, held in environ.items():
+        if now.get(name) != held:
+            os.environ[key(name)] = value(held)
 
 
 @functools.lru_cache(maxsize=512)
 def _compiled(source: bytes, path: str) -> types.CodeType:
-    """A module run whole, compiled once for every sandbox (server_args.py is 300 kB: compiling
-    it took most of a sandbox's start)."""
-    return compile(source, path, "exec")
+    """A module run whole, compiled once for every sandbox, and kept between runs
+    (server_args.py is 300 kB: compiling it took most of a sandbox's start)."""
+    entry = disk_cache.name(b"run whole", path.encode(), source)
+    kept = disk_cache.load(entry)
+    if isinstance(kept, types.CodeType):
+        return kept
+    code = compile(source, path, "exec")
+    disk_cache.save(entry, code)
+    return code
 
 
 def run_whole(name: str) -> bool:

@@ -7,6 +7,8 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+from sglpatch.doctor.resolve.both_parts import DIVERGED, is_both
+
 Capability = tuple[int, int]
 
 # What a device of each capability is called (SGLang reads the name for a few H20 checks).
@@ -17,6 +19,22 @@ DEVICE_NAMES = {
     (12, 0): "NVIDIA RTX PRO 6000 Blackwell Server Edition",
     (12, 1): "NVIDIA GB10",
 }
+
+
+def device_name(capability: Capability) -> str:
+    """The device's name; on `BOTH`, 12.0's, with the divergence noted (GB10's differs)."""
+    if is_both(capability):
+        DIVERGED.seen = True
+        return DEVICE_NAMES[12, 0]
+    return DEVICE_NAMES[capability]
+
+
+def arm64_host(capability: Capability) -> bool:
+    """GB10 is an Arm machine; the other parts here sit in x86 hosts."""
+    if is_both(capability):
+        DIVERGED.seen = True
+        return False
+    return capability == (12, 1)
 
 
 class NotEvaluated(Exception):
@@ -150,7 +168,7 @@ def stand_in_torch(capability: Capability) -> types.ModuleType:
     cuda.is_initialized = lambda: True  # type: ignore[attr-defined]
     cuda.device_count = lambda: 1  # type: ignore[attr-defined]
     cuda.get_device_capability = lambda device=None: capability  # type: ignore[attr-defined]
-    cuda.get_device_name = lambda device=None: DEVICE_NAMES[capability]  # type: ignore[attr-defined]
+    cuda.get_device_name = lambda device=None: device_name(capability)  # type: ignore[attr-defined]
     torch.cuda = cuda  # type: ignore[attr-defined]
     for other in ("cpu", "xpu", "npu", "mps", "musa", "hpu"):
         absent = StandInModule(f"torch.{other}")

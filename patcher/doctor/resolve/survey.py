@@ -17,11 +17,15 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from sglpatch.doctor.resolve.both_parts import BOTH, DIVERGED, PARTS
 from sglpatch.doctor.resolve.files import ReleaseFiles, tree_files
+from sglpatch.doctor.resolve.lifting import keep_analyses
 from sglpatch.doctor.resolve.resolution import Outcome, Resolver
+from sglpatch.doctor.resolve.stand_ins import Capability
 from sglpatch.doctor.resolve.variants import Variant, variants
 
 Key = tuple[str, str, str]  # (architecture, variant label, capability "12.0")
+Wanted = Sequence[tuple[str, Variant]]  # (architecture, one of its variants)
 REFERENCE = (10, 0)  # where a refusal is asked again: B200, which SGLang is built for
 
 
@@ -40,18 +44,70 @@ def survey(
     on each capability, launched with `flags` (a picklable answer, for a worker)."""
     files = tree_files(package_dir)
     forms = {arch: variants(files, arch) for arch in architectures}
-    outcomes: dict[Key, Outcome] = {}
+    wanted = [(arch, variant) for arch, found in forms.items() for variant in found]
     with quiet():
-        for shown in capabilities:
-            resolver = Resolver(files, capability(shown))
-            with resolver.sandbox.active():  # served once for every model
-                for arch, found in forms.items():
-                    for variant in found:
-                        outcomes[arch, variant.label, shown] = evaluate(
-                            resolver, arch, variant, flags
-                        )
+        answers = outcomes_at(files, {shown: wanted for shown in capabilities}, flags)
+        outcomes = {
+            (arch, variant.label, shown): outcome
+            for shown, found in answers.items()
+            for (arch, variant), outcome in zip(wanted, found, strict=True)
+        }
         _refused_on_reference(files, forms, outcomes, flags)
+    keep_analyses()
     return forms, outcomes
+
+
+def again_at(
+    package_dir: Path,
+    replaced: Mapping[str, bytes],
+    asked: Mapping[str, Wanted],
+    flags: Mapping[str, object] = {},
+) -> dict[str, list[Outcome]]:
+    """The variants `asked` on each part, of the SGLang at `package_dir` with some files
+    replaced (a patch applied in memory); picklable arguments, for a worker."""
+    with quiet():
+        answers = outcomes_at(tree_files(package_dir), asked, flags, replaced)
+    keep_analyses()
+    return answers
+
+
+def outcomes_at(
+    files: ReleaseFiles,
+    asked: Mapping[str, Wanted],
+    flags: Mapping[str, object] = {},
+    replaced: Mapping[str, bytes] = {},
+) -> dict[str, list[Outcome]]:
+    """Each part's outcomes for the variants asked on it. When 12.0 and 12.1 are both asked,
+    one run answers for both unless the release lets the minor decide a step (`both_parts`)."""
+    if set(asked) != set(PARTS):
+        return {s: _run(files, capability(s), w, flags, replaced) for s, w in asked.items()}
+    every = {(arch, v.label): (arch, v) for shown in PARTS for arch, v in asked[shown]}
+    DIVERGED.seen = False
+    both = dict(zip(every, _run(files, BOTH, list(every.values()), flags, replaced), strict=True))
+    answers = {shown: [both[arch, v.label] for arch, v in asked[shown]] for shown in PARTS}
+    if DIVERGED.seen:  # 12.0's answers stand (its path was followed); 12.1 is run on its own
+        answers["12.1"] = _run(files, (12, 1), asked["12.1"], flags, replaced)
+    return answers
+
+
+def _run(
+    files: ReleaseFiles,
+    at: Capability,
+    wanted: Wanted,
+    flags: Mapping[str, object],
+    replaced: Mapping[str, bytes],
+) -> list[Outcome]:
+    resolver = Resolver(files, at, replaced)
+    found: list[Outcome] = []
+    alike: dict[tuple[str, str], Outcome] = {}  # by model and fields (their values unhashable)
+    with resolver.sandbox.active():  # served once for every model
+        for arch, variant in wanted:
+            fields = (arch, repr(variant.extra))
+            outcome = alike.get(fields) or evaluate(resolver, arch, variant, flags)
+            if outcome.quantization_unread:
+                alike[fields] = outcome
+            found.append(outcome)
+    return found
 
 
 def _refused_on_reference(
@@ -61,16 +117,15 @@ def _refused_on_reference(
     flags: Mapping[str, object],
 ) -> None:
     """Marks the refusals that the reference GPU gets too."""
-    refused = [key for key, outcome in outcomes.items() if outcome.refused]
+    refused = {(k[0], k[1]) for k, outcome in outcomes.items() if outcome.refused}
     if not refused:
         return
     labels = {(arch, v.label): v for arch, found in forms.items() for v in found}
-    resolver = Resolver(files, REFERENCE)
-    with resolver.sandbox.active():
-        for key in refused:
-            there = evaluate(resolver, key[0], labels[key[0], key[1]], flags)
-            if there.refused == outcomes[key].refused:
-                outcomes[key] = dataclasses.replace(outcomes[key], refused_on_reference=True)
+    wanted = [(arch, labels[arch, label]) for arch, label in sorted(refused)]
+    there = dict(zip(sorted(refused), _run(files, REFERENCE, wanted, flags, {}), strict=True))
+    for key, outcome in outcomes.items():
+        if outcome.refused and there[key[0], key[1]].refused == outcome.refused:
+            outcomes[key] = dataclasses.replace(outcome, refused_on_reference=True)
 
 
 def evaluate(
@@ -84,20 +139,6 @@ def evaluate(
         raise
     except BaseException as error:  # the release's code on stand-ins: even a SystemExit
         return Outcome(not_evaluated=f"{type(error).__name__}: {str(error)[:200]}")
-
-
-def again_at(
-    package_dir: Path,
-    shown: str,
-    replaced: Mapping[str, bytes],
-    wanted: Sequence[tuple[str, Variant]],
-    flags: Mapping[str, object] = {},
-) -> list[Outcome]:
-    """The same variants of the SGLang at `package_dir` with some files replaced (a patch
-    applied in memory); picklable arguments, for a worker."""
-    resolver = Resolver(tree_files(package_dir), capability(shown), replaced)
-    with quiet(), resolver.sandbox.active():
-        return [evaluate(resolver, arch, variant, flags) for arch, variant in wanted]
 
 
 @contextlib.contextmanager
