@@ -127,6 +127,10 @@ class Concerns(NamedTuple):
                    (`index_topk`: the DSA form of DeepSeek-V3 and GLM); (): any config
     condition      what else about the model the failure needs, in words doctor shows, when
                    doctor cannot read it ("a vision head size above 128"); "": none
+    vision_head_above
+                   the failure needs a vision tower whose head size is above this (the model
+                   config's `vision_config`): doctor judges it where it reads the config, and
+                   shows `condition` where it does not; 0: no such need
     """
 
     architectures: tuple[str, ...] = ()
@@ -136,6 +140,7 @@ class Concerns(NamedTuple):
     runtime: str = "srt"
     config: tuple[str, ...] = ()
     condition: str = ""
+    vision_head_above: int = 0
 
     @property
     def every_model(self) -> bool:

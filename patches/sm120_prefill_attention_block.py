@@ -64,6 +64,7 @@ class Sm120PrefillAttentionBlock(Patch):
     concerns = Concerns(
         uses=("sglang.srt.layers.attention.vision",),
         condition="with a vision head size above 128",
+        vision_head_above=128,
     )
     reads = (LAUNCHER,)  # not the Triton kernel above it, most of the file
 

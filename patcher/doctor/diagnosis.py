@@ -81,6 +81,7 @@ def diagnose(
     beside: Callable[[], Environment | None] | None = None,
     model_from: Path | None = None,
     config_fields: frozenset[str] | None = None,
+    vision_head: int | None = None,
     quantization_from: str = "",
     eagle3: bool = False,
     launch: Launched | None = None,
@@ -89,7 +90,8 @@ def diagnose(
 ) -> Diagnosis:
     """The whole answer for the tree at `package_dir`. `beside` reads the environment that runs
     it (its kernels and missing requirements; None: not judged), once the tree is read;
-    `model_from` is the config.json that named `model`, `config_fields` the fields it sets."""
+    `model_from` is the config.json that named `model`, `config_fields` the fields it sets,
+    `vision_head` its vision tower's head size (None: unknown)."""
     say = progress or (lambda _: None)  # the stages, for a terminal's progress line
     source = Source(package_dir)
     paths, names = _models_asked(source, model)
@@ -138,7 +140,7 @@ def diagnose(
     suspects = tuple(s for s in every if s.outcome in judged.LISTED)
     asked = _asked(source, paths, read, quantization) if model is not None else None
     if asked is not None:
-        asked = asked._replace(config=config_fields)
+        asked = asked._replace(config=config_fields, vision_head=vision_head)
     found = pending.sort(work, chosen, asked, release, launch and launch.passed)
     if asked is not None and rows:  # a start-up patch is a blocker where it changes the start-up
         found = model_rows.on_path(found, rows, quantization, work)

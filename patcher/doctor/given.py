@@ -22,6 +22,7 @@ from sglpatch.doctor.launch.arguments import read_arguments
 from sglpatch.doctor.launch.parse import Launch, Origin, parse_launch, serve_form
 from sglpatch.doctor.launch.quantization import checkpoint_quantization, release_rules
 from sglpatch.doctor.launch.source import Source, directory_source
+from sglpatch.doctor.models.shape import vision_head_size
 from sglpatch.doctor.report import GpuChoice, Launched
 from sglpatch.errors import UsageError
 from sglpatch.reading import read_regular
@@ -123,6 +124,12 @@ def config_fields(config: Path | None) -> frozenset[str] | None:
     text = loaded.get("text_config")
     nested = text if isinstance(text, dict) else {}
     return frozenset(k for k, v in {**nested, **loaded}.items() if v is not None)
+
+
+def vision_head(config: Path | None) -> int | None:
+    """The head size of the vision tower config.json describes (None: none, or unreadable)."""
+    loaded = _json(config) if config is not None else None
+    return vision_head_size(loaded) if loaded is not None else None
 
 
 def _json(path: Path) -> dict[str, Any] | None:

@@ -32,6 +32,7 @@ from packaging.version import Version
 from sglpatch.doctor import census, coverage, known_gaps, pending
 from sglpatch.doctor.facts import kernel_support, unjudged_steps
 from sglpatch.doctor.facts.model_configs import EVERY_MODEL, family
+from sglpatch.doctor.models.shape import vision_head_size
 from sglpatch.doctor.read.source_tree import Source
 from sglpatch.doctor.report import ModelRow
 from sglpatch.doctor.resolve import Outcome, run_whole
@@ -208,7 +209,7 @@ def _finish(started: Started) -> tuple[ModelRow, ...]:
     }
     found: list[ModelRow] = []
     for (arch, label), variant in sorted(labels.items()):
-        rest = _later_problems(inputs, reached[arch, label]) + _unjudged(inputs, arch, variant)
+        rest = _later_problems(reached[arch, label], variant) + _unjudged(inputs, arch, variant)
         for shown in capabilities:
             key = (arch, label, shown)
             gaps = _gaps(inputs, arch, variant, shown)
@@ -341,22 +342,33 @@ def _unrecorded(outcome: Outcome, arch: str, variant: Variant) -> list[_Problem]
     return [_Problem(NOT_EVALUATED, why + " (facts/model_configs.json): the default was taken")]
 
 
-def _later_problems(inputs: Inputs, reached: Sequence[coverage.PatchCheck]) -> list[_Problem]:
+def _later_problems(reached: Sequence[coverage.PatchCheck], variant: Variant) -> list[_Problem]:
     """Step 2: the pending patches off start-up this checkpoint reaches (None: apply cannot
-    fix it, the patch fails on this tree)."""
-    return [
-        _Problem(
-            NOT_EVALUATED if c.patch.concerns.condition else BREAKS,
-            f"{c.patch.symptom} ({c.patch.concerns.condition}, which is not read)"
-            if c.patch.concerns.condition
-            else c.patch.symptom,
-            c.file,
-            None,
-            None if _fails(c) else c.patch.id,
+    fix it, the patch fails on this tree); one whose failure needs a wider vision head than
+    the family's recorded config gives is not on its path."""
+    head = vision_head_size(dict(variant.extra))
+    found = []
+    for c in reached:
+        concerns = c.patch.concerns
+        if _startup(c):
+            continue
+        unread = bool(concerns.condition)
+        if concerns.vision_head_above and head is not None:
+            if head <= concerns.vision_head_above:
+                continue
+            unread = False
+        found.append(
+            _Problem(
+                NOT_EVALUATED if unread else BREAKS,
+                f"{c.patch.symptom} ({concerns.condition}, which is not read)"
+                if unread
+                else c.patch.symptom,
+                c.file,
+                None,
+                None if _fails(c) else c.patch.id,
+            )
         )
-        for c in reached
-        if not _startup(c)
-    ]
+    return found
 
 
 def _unjudged(inputs: Inputs, arch: str, variant: Variant) -> list[_Problem]:

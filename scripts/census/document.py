@@ -30,9 +30,12 @@ FP8; NVFP4 as `modelopt_fp4`; MXFP4 for GPT-OSS, the family published in it; the
    steps nothing judges yet (`patcher/doctor/facts/unjudged_steps.py`);
 3. the known gaps no patch fixes, and what is unsettled on that part (NVFP4 MoE on 12.1).
 
-What is not judged yet: head sizes and heads per GPU (the vision prefill patch's rows are not
-evaluated for that), whether a class has MoE layers beyond its models module's imports, and
-`auto` at load time beyond what the catalogue's patches and that list know. A step that could
+The vision prefill patch concerns a vision tower whose head size is above 128: it is read
+from the family's recorded `vision_config` (Kimi K2.5's is 72, so not on its path), and where
+none is recorded the row is not evaluated for it. What is not judged yet: the heads per GPU at
+other tensor-parallel sizes than the default, whether a class has MoE layers beyond its models
+module's imports, and `auto` at load time beyond what the catalogue's patches and that list
+know. A step that could
 not be evaluated makes the row "not evaluated", with why, never "runs".
 """
 

@@ -72,3 +72,29 @@ def test_doctors_model_stands_for_the_launchs_model_path(
     assert found["model"] == "Olmo2ForCausalLM" and found["launch"]["model_path"] is None  # type: ignore[index]
     refused = CliRunner().invoke(app, ["doctor", "--target", str(trees[SEED]), "--", "--tp", "2"])
     assert refused.exit_code == ExitCode.USAGE and "needs --model-path" in refused.output
+
+
+@pytest.mark.parametrize(
+    ("tower", "blocks", "with_condition"),
+    [
+        ({"vt_hidden_size": 1152, "vt_num_attention_heads": 16}, False, False),  # Kimi K2.5: 72
+        ({"hidden_size": 4096, "num_attention_heads": 16}, True, False),  # head size 256
+        (None, True, True),  # no vision_config: the condition is said
+    ],
+)
+def test_the_vision_prefill_patch_follows_the_configs_head_size(
+    trees: dict[str, Path], tmp_path: Path, tower: dict[str, int] | None, blocks: bool,
+    with_condition: bool,
+) -> None:  # fmt: skip
+    """sm120-prefill-attention-block fixes a kernel that overflows 12's shared memory only above
+    vision head size 128 (issue #34: Kimi K2.5's tower has 72)."""
+    config: dict[str, object] = {"architectures": ["KimiK25ForConditionalGeneration"]}
+    if tower is not None:
+        config["vision_config"] = tower
+    found = report(trees[SEED], "--model-path", str(checkpoint(tmp_path / "kimi", **config)))
+    rows = [r for r in found["blockers"] if r["source"] == "sm120-prefill-attention-block"]  # type: ignore[attr-defined]
+    assert bool(rows) is blocks
+    if blocks:
+        assert ("vision head size" in rows[0]["when"]) is with_condition
+    else:
+        assert "sm120-prefill-attention-block" in found["not_for_this_model"]  # type: ignore[operator]
