@@ -51,6 +51,8 @@ PLATFORM = {
     "_is_cpu": False,
     "is_musa": False,
     "_is_musa": False,
+    "is_mps": False,  # Apple's GPUs
+    "_is_mps": False,
     "is_host_cpu_x86": False,
 }
 

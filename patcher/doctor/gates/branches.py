@@ -186,20 +186,24 @@ def choices(
     nodes: Sequence[ast.AST],
     device: Device,
     field: str | None = None,
+    returns: str | None = None,
 ) -> list[Choice]:
     """What `nodes` (a branch's statements, or an expression assigned to `field`) choose on
-    `device`: nested `if`s the device cannot enter are left out."""
+    `device`: nested `if`s the device cannot enter are left out. `returns`: the function they
+    are in, whose returned literals are a backend flag's value when its name is one's."""
     found: list[Choice] = []
     for node in nodes:
         if isinstance(node, ast.If):
             truth = tri(evaluator, node.test, device)
             if truth is not False:
-                found += choices(evaluator, node.body, device)
+                found += choices(evaluator, node.body, device, returns=returns)
             if truth is not True:
-                found += choices(evaluator, node.orelse, device)
+                found += choices(evaluator, node.orelse, device, returns=returns)
             continue
         if isinstance(node, ast.expr) and field is not None:
             found += _values(field, node)
+        if isinstance(node, ast.Return) and node.value is not None and returns is not None:
+            found += _values(returns, node.value)
         for part in walk(node):
             found += _chosen(part)
     return list(dict.fromkeys(found))

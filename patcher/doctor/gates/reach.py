@@ -308,8 +308,13 @@ class Gates:
         evaluator = self.evaluator(function)
         outer = conditions_to(node, ancestors)
         flag = flag_of(node, function, decision)
+        # A function named for a backend flag (0.5.16+'s `get_default_attn_backend`) chooses
+        # with what its branches return.
+        returns = function.name if function is not None else None
         for index in taken:
-            found = branches_of.choices(evaluator, decision.bodies[index], device, decision.field)
+            found = branches_of.choices(
+                evaluator, decision.bodies[index], device, decision.field, returns
+            )
             if flag is not None and turns_on(decision, index, evaluator, device, node, function):
                 found.append(branches_of.flag(flag))
             if not found:
