@@ -224,6 +224,18 @@ def _concerns_problems(concerns: object) -> list[str]:
     flag = concerns.flag
     if flag is not None and not (isinstance(flag, str) and _FLAG.fullmatch(flag)):
         problems.append("concerns.flag must be None or one option, `--name` or `--name value`")
+    unless = concerns.unless
+    if unless is not None and not (isinstance(unless, str) and _FLAG.fullmatch(unless)):
+        problems.append("concerns.unless must be None or one option, `--name` or `--name value`")
+    pairs = concerns.backends
+    if not (
+        isinstance(pairs, tuple)
+        and all(
+            isinstance(p, tuple) and len(p) == 2 and all(isinstance(x, str) and x for x in p)
+            for p in pairs
+        )
+    ):
+        problems.append("concerns.backends must be a tuple of (kind, backend) pairs of names")
     if concerns.runtime not in RUNTIMES:
         problems.append(f"concerns.runtime must be one of {', '.join(RUNTIMES)}")
     elif concerns.runtime != "srt" and (concerns.architectures or concerns.uses):

@@ -131,6 +131,12 @@ class Concerns(NamedTuple):
                    the failure needs a vision tower whose head size is above this (the model
                    config's `vision_config`): doctor judges it where it reads the config, and
                    shows `condition` where it does not; 0: no such need
+    unless         the launch option (`--name` or `--name value`) with which the code is not
+                   reached although the model is (`--kv-cache-dtype fp8_e4m3`: TileLang's FP8
+                   kernel, not the bf16 one); None: none
+    backends       the code is reached only when the model's start-up gives one of these
+                   (table kind, backend) pairs, as it is or once the catalogue's start-up
+                   patches are in (`("dsa", "tilelang")`); (): whatever it gives
     """
 
     architectures: tuple[str, ...] = ()
@@ -141,6 +147,8 @@ class Concerns(NamedTuple):
     config: tuple[str, ...] = ()
     condition: str = ""
     vision_head_above: int = 0
+    unless: str | None = None
+    backends: tuple[tuple[str, str], ...] = ()
 
     @property
     def every_model(self) -> bool:

@@ -175,7 +175,15 @@ class Sm120DsaTilelangShape(Patch):
     )
     tested = TESTED
     files = TARGET
-    concerns = Concerns(architectures=DSA_ARCHITECTURES, config=DSA_CONFIG)
+    # Reached through the DSA backend `tilelang` only (GLM-5 on 0.5.23 gets flashinfer_sparse_mla
+    # on 12). With an FP8 KV cache TileLang builds its FP8 kernel (0.5.23; before, CUDA TileLang
+    # refuses one): the bf16 kernel this patch reshapes is not built.
+    concerns = Concerns(
+        architectures=DSA_ARCHITECTURES,
+        config=DSA_CONFIG,
+        unless="--kv-cache-dtype fp8_e4m3",
+        backends=(("dsa", "tilelang"),),
+    )
     reads = (FUNCTION, V1, HELPER)
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:

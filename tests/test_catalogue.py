@@ -247,6 +247,9 @@ def test_an_effect_table_is_read_per_release(monkeypatch: pytest.MonkeyPatch) ->
         ({"concerns": Concerns(quantization=("NVFP4 ",))}, "--quantization names"),
         ({"concerns": Concerns(flag="enable-torch-symm-mem")}, "concerns.flag"),
         ({"concerns": Concerns(flag="--a\n--b")}, "concerns.flag"),
+        ({"concerns": Concerns(unless="kv-cache-dtype fp8_e4m3")}, "concerns.unless"),
+        ({"concerns": Concerns(backends=("dsa", "tilelang"))}, "concerns.backends"),  # type: ignore[arg-type]
+        ({"concerns": Concerns(backends=(("dsa", ""),))}, "concerns.backends"),
         ({"concerns": Concerns(runtime="diffusion")}, "runtime must be one of"),
         ({"concerns": Concerns(architectures=("A",), runtime="multimodal_gen")}, "no srt models"),
         ({"effect": "completes a table"}, "effect must be an Effect"),

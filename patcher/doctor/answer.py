@@ -43,7 +43,7 @@ def diagnose(
         patches = catalogue.load(catalog)
         quantization, read_from = given.quantization(target.package_dir, asked.config, parsed)
         gpu = given.gpu(capabilities)
-        flags = {p.concerns.flag for p in patches if p.concerns.flag}
+        flags = {f for p in patches for f in (p.concerns.flag, p.concerns.unless) if f}
         found = diagnosis.diagnose(
             target.package_dir,
             target.release,

@@ -178,12 +178,15 @@ def _finish(started: Started) -> tuple[ModelRow, ...]:
     brought: dict[Key, list[_Problem]] = {key: [] for key in now}
     later: dict[Key, list[_Problem]] = {key: [] for key in now}
     changed: dict[Key, list[str]] = {key: [] for key in now}
+    # The backends each start-up gives, as it is and with each start-up patch in.
+    chosen = {key: _backends(outcome) for key, outcome in inputs.outcomes.items()}
     for check, keys, task in batches:
         answers = task.result()
         for key, outcome in (
             pair for shown in answers for pair in zip(keys[shown], answers[shown], strict=True)
         ):
             shown = key[2]
+            chosen[key] |= _backends(outcome)
             before = inputs.outcomes[key]
             if outcome.not_evaluated or (outcome.choices, outcome.refused) == (
                 before.choices,
@@ -209,9 +212,10 @@ def _finish(started: Started) -> tuple[ModelRow, ...]:
     }
     found: list[ModelRow] = []
     for (arch, label), variant in sorted(labels.items()):
-        rest = _later_problems(reached[arch, label], variant) + _unjudged(inputs, arch, variant)
+        unjudged = _unjudged(inputs, arch, variant)
         for shown in capabilities:
             key = (arch, label, shown)
+            rest = _later_problems(reached[arch, label], variant, chosen[key]) + unjudged
             gaps = _gaps(inputs, arch, variant, shown)
             found.append(
                 _row(
@@ -304,16 +308,18 @@ def on_path(
     quantization: str | None,
     work: Sequence[coverage.PatchCheck],
 ) -> pending.Sorted:
-    """`--model`'s blockers, less the start-up patches its rows show off its path: a patch on a
-    start-up file blocks only where running the resolution on its result changes this model's
-    start-up, for the checkpoint's quantization when it is known (issue #34, point 4)."""
+    """`--model`'s blockers, less the patches its rows show off its path: a patch on a start-up
+    file blocks only where running the resolution on its result changes this model's start-up,
+    one reached through a backend only where the start-up gives it (as it is or once patched),
+    for the checkpoint's quantization when it is known (issue #34, point 4)."""
     wanted = None if quantization in (None, "unquantized") else quantization
     relevant = [r for r in rows if quantization is None or r.quantization == wanted]
     if not relevant:  # a quantization the rows do not evaluate: nothing to go by
         return found
-    startup = {c.patch.id for c in work if _startup(c)}
+    # A start-up patch, or one reached through a backend only, where no row of it uses it.
+    judged = {c.patch.id for c in work if _startup(c) or c.patch.concerns.backends}
     used = {p for r in relevant for p in r.patches}
-    off = [b for b in found.blockers if b.source in startup and b.source not in used]
+    off = [b for b in found.blockers if b.source in judged and b.source not in used]
     if not off:
         return found
     return found._replace(
@@ -342,15 +348,21 @@ def _unrecorded(outcome: Outcome, arch: str, variant: Variant) -> list[_Problem]
     return [_Problem(NOT_EVALUATED, why + " (facts/model_configs.json): the default was taken")]
 
 
-def _later_problems(reached: Sequence[coverage.PatchCheck], variant: Variant) -> list[_Problem]:
+def _backends(outcome: Outcome) -> set[tuple[str, str]]:
+    return {(kind, value) for kind, _, value in outcome.choices}
+
+
+def _later_problems(
+    reached: Sequence[coverage.PatchCheck], variant: Variant, chosen: set[tuple[str, str]]
+) -> list[_Problem]:
     """Step 2: the pending patches off start-up this checkpoint reaches (None: apply cannot
-    fix it, the patch fails on this tree); one whose failure needs a wider vision head than
-    the family's recorded config gives is not on its path."""
+    fix it, the patch fails on this tree); not one whose failure needs a wider vision head than
+    the family's recorded config gives, or a backend its start-up never gives (`chosen`)."""
     head = vision_head_size(dict(variant.extra))
     found = []
     for c in reached:
         concerns = c.patch.concerns
-        if _startup(c):
+        if _startup(c) or (concerns.backends and not chosen & set(concerns.backends)):
             continue
         unread = bool(concerns.condition)
         if concerns.vision_head_above and head is not None:

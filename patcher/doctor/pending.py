@@ -81,8 +81,9 @@ def sort(
 ) -> Sorted:
     """The pending patches, in one list each: blockers, opt-in, tables, other models', undecided.
 
-    `passed`: the `Concerns.flag`s the user's launch passes (None: no launch given). A patch
-    behind a flag blocks when the launch passes it; with a launch that does not, it is opt-in.
+    `passed`: the `Concerns.flag`s (and `unless`es) the user's launch passes (None: no launch
+    given). A patch behind a flag blocks when the launch passes it; with a launch that does not,
+    it is opt-in. One whose `unless` the launch passes is not on this launch's path.
     """
     found = Sorted([], [], [], [], [])
     for check in work:
@@ -108,6 +109,7 @@ def sort(
             not _concerned(check, asked)
             or _other_form(concerns.config, asked.config)
             or _narrow_vision(concerns, asked)
+            or (concerns.unless is not None and passed is not None and concerns.unless in passed)
         ):
             unknown = asked.unread and concerns.runtime == "srt"  # it may concern the model
             (found.undecided if unknown else found.elsewhere).append(patch.id)

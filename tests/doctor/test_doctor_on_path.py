@@ -98,3 +98,36 @@ def test_the_vision_prefill_patch_follows_the_configs_head_size(
         assert ("vision head size" in rows[0]["when"]) is with_condition
     else:
         assert "sm120-prefill-attention-block" in found["not_for_this_model"]  # type: ignore[operator]
+
+
+DSV32 = {"architectures": ["DeepseekV32ForCausalLM"], "index_topk": 2048, "index_n_heads": 64,
+         "index_head_dim": 128}  # fmt: skip
+TILELANG_SHAPE = "sm120-dsa-tilelang-shape"
+
+
+def test_an_fp8_kv_cache_takes_the_bf16_tilelang_patch_off_the_path(
+    trees: dict[str, Path], tmp_path: Path
+) -> None:
+    """Issue #34's second user: DeepSeek-V3.2 on 0.5.23. By default sm120-dsa-backends gives 12
+    TileLang with a bf16 KV cache, whose kernel sm120-dsa-tilelang-shape reshapes; with
+    `--kv-cache-dtype fp8_e4m3` TileLang builds its FP8 kernel, and that patch is not about this
+    launch (the backends and the indexer still block)."""
+    model = str(checkpoint(tmp_path / "v32", **DSV32))
+    default = report(trees["0.5.23"], "--", "--model-path", model)
+    assert {"sm120-dsa-backends", TILELANG_SHAPE} <= blockers(default)
+    fp8 = report(trees["0.5.23"], "--", "--model-path", model, "--kv-cache-dtype", "fp8_e4m3")
+    assert "sm120-dsa-backends" in blockers(fp8) and TILELANG_SHAPE not in blockers(fp8)
+    assert TILELANG_SHAPE in fp8["not_for_this_model"]  # type: ignore[operator]
+
+
+def test_a_tilelang_patch_blocks_only_where_the_start_up_gives_tilelang(
+    trees: dict[str, Path], tmp_path: Path
+) -> None:
+    """GLM-5 on 0.5.23: its start-up gives 12 `flashinfer_sparse_mla` (its own arm for major 12),
+    before and after apply, so the TileLang shape patch is not on its path."""
+    glm = {**DSV32, "architectures": ["GlmMoeDsaForCausalLM"], "index_n_heads": 32}
+    found = report(trees["0.5.23"], "--model-path", str(checkpoint(tmp_path / "glm", **glm)))
+    assert TILELANG_SHAPE not in blockers(found)
+    assert TILELANG_SHAPE in found["not_for_this_model"]  # type: ignore[operator]
+    rows = found["models"]
+    assert rows and not any(TILELANG_SHAPE in r["patches"] for r in rows)  # type: ignore[attr-defined,index]
