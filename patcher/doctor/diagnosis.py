@@ -144,7 +144,12 @@ def diagnose(
     found = pending.sort(work, chosen, asked, release, launch and launch.passed)
     if asked is not None and rows:  # a start-up patch is a blocker where it changes the start-up
         found = model_rows.on_path(found, rows, quantization, work)
-    gaps, maybe, known = known_gaps.rows(release, asked and asked.names, capabilities)
+    gaps, maybe, known = known_gaps.rows(
+        release,
+        asked and asked.names,
+        capabilities,
+        asked.quantization if asked is not None else None,
+    )
     blockers = found.blockers + gaps
     if model is not None and eagle3:  # the model's EAGLE-3 methods, when EAGLE-3 is asked for
         blockers += missing_methods(reports)

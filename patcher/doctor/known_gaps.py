@@ -72,13 +72,23 @@ class Known(NamedTuple):
     notes: tuple[KnownGap, ...] = ()  # what is known; without a model, every gap that holds
 
 
-def known(release: Version | None, names: set[str] | None, capabilities: Sequence[str]) -> Known:
+def known(
+    release: Version | None,
+    names: set[str] | None,
+    capabilities: Sequence[str],
+    quantization: str | None = None,
+) -> Known:
     """The gaps of `release` on the parts asked, for the classes --model chose (`names`; None:
-    no model asked, and every gap is a note about the models it names)."""
+    no model asked, and every gap is a note about the models it names), less those about
+    another quantization than the checkpoint's (`quantization`; None: not known)."""
     if release is None:
         return Known()
     holding = [
-        g for g in GAPS if release in g.releases and any(c in g.capabilities for c in capabilities)
+        g
+        for g in GAPS
+        if release in g.releases
+        and any(c in g.capabilities for c in capabilities)
+        and not (quantization and g.quantization and g.quantization != quantization)
     ]
     if names is None:
         return Known(notes=tuple(holding))
@@ -96,10 +106,13 @@ def known(release: Version | None, names: set[str] | None, capabilities: Sequenc
 
 
 def rows(
-    release: Version | None, names: set[str] | None, capabilities: Sequence[str]
+    release: Version | None,
+    names: set[str] | None,
+    capabilities: Sequence[str],
+    quantization: str | None = None,
 ) -> tuple[list[Blocker], list[Blocker], tuple[Blocker, ...]]:
     """`known` as the report's rows: blockers, rows apart with their condition, notes."""
-    found = known(release, names, capabilities)
+    found = known(release, names, capabilities, quantization)
 
     def row(gap: KnownGap, when: str = "") -> Blocker:
         note = f"fix: {gap.fix}; sources: {gap.sources}"

@@ -60,6 +60,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         ("moonshotai/Kimi-K2.5", "kimi-k2.5"),
         ("openai/gpt-oss-120b", "gpt-oss-120b"),
         ("google/gemma-2-9b", "gemma-2-9b"),
+        ("nvidia/Qwen3-30B-A3B-FP4", "qwen3-30b-a3b-nvfp4-modelopt"),
     ):
         cached(cache, repo_id, json.loads((CONFIGS / f"{fixture}.json").read_text()))
     # an EAGLE-3 draft's config.json names its draft class (lightseekorg/kimi-k2.5-eagle3)
@@ -180,6 +181,27 @@ def test_c_gemma2_eagle3_only_when_the_launch_uses_it(trees: dict[str, Path], hu
     # EAGLE (not EAGLE3) runs the same worker, but not the EAGLE-3 layer capture it checks
     eagle = doctor(trees[NEWEST], "--", *plain, "--speculative-algorithm", "EAGLE")[1]
     assert GEMMA not in sources(eagle["blockers"]) and not eagle["eagle3_asked"]
+
+
+def test_e_gb10_on_0_5_23_with_nvfp4_moe_and_gpt_oss(
+    trees: dict[str, Path], hub: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34's third user: a GB10 (nvidia-smi says 12.1) on 0.5.23. Only 12.1 is judged; the
+    NVFP4 MoE checkpoint gets its NVFP4 patch and what is known of NVFP4 MoE on GB10; GPT-OSS
+    (MXFP4) gets neither, and its rows say what 12.1's Triton needs."""
+    nvidia_smi(tmp_path, monkeypatch, "12.1")
+    _, nvfp4 = doctor(trees[NEWEST], "--", "--model-path", "nvidia/Qwen3-30B-A3B-FP4")
+    assert nvfp4["capabilities"] == ["12.1"] and nvfp4["gpu"]["from"] == "nvidia-smi"
+    assert nvfp4["quantization"] == "modelopt_fp4"
+    assert "sm120-nvfp4-moe-checkpoint-quant" in sources(nvfp4["blockers"])
+    assert "nvfp4-moe-cutlass-gb10" in sources(nvfp4["known"])
+    assert {r["capability"] for r in nvfp4["models"]} == {"12.1"}
+    _, gpt_oss = doctor(trees[NEWEST], "--", "--model-path", "openai/gpt-oss-120b")
+    assert gpt_oss["quantization"] == "mxfp4"
+    assert not NVFP4 & sources(gpt_oss["blockers"])
+    assert "nvfp4-moe-cutlass-gb10" not in sources(gpt_oss["known"])  # another quantization's
+    (mxfp4,) = [r for r in gpt_oss["models"] if r["quantization"] == "mxfp4"]
+    assert mxfp4["after_apply"] == "needs" and "sm_121a" in mxfp4["why"]
 
 
 def test_d_an_unknown_launch_option_is_one_line_exit_2(trees: dict[str, Path], hub: Path) -> None:
