@@ -134,6 +134,9 @@ class Concerns(NamedTuple):
     unless         the launch option (`--name` or `--name value`) with which the code is not
                    reached although the model is (`--kv-cache-dtype fp8_e4m3`: TileLang's FP8
                    kernel, not the bf16 one); None: none
+    head_sizes     the failure needs one of these attention head sizes (the query head size:
+                   MLA's `kv_lora_rank + qk_rope_head_dim`, else `head_dim`): doctor judges it
+                   where it reads the config, and shows `condition` where it does not; (): any
     backends       the code is reached only when the model's start-up gives one of these
                    (table kind, backend) pairs, as it is or once the catalogue's start-up
                    patches are in (`("dsa", "tilelang")`); (): whatever it gives
@@ -149,6 +152,7 @@ class Concerns(NamedTuple):
     vision_head_above: int = 0
     unless: str | None = None
     backends: tuple[tuple[str, str], ...] = ()
+    head_sizes: tuple[int, ...] = ()
 
     @property
     def every_model(self) -> bool:

@@ -26,6 +26,7 @@ from sglpatch.patch import (
     AlreadyPresent,
     AnchorMissing,
     ByRelease,
+    Concerns,
     Patch,
     PostconditionFailed,
     cst,
@@ -74,6 +75,11 @@ class Sm120ExtendAttentionBlocks(Patch):
     fixed_upstream_in = Version("0.5.9")
     files = FILE
     reads = ByRelease({str(spec): (name,) for spec, name in CHOOSER.rows.items()})
+    # Compiled for sm_120 (tests/patches/test_sm120_extend_attention_blocks.py), Hopper's sizes
+    # overflow at head sizes 256 and 576 (MLA) only: 64, 128, 192 and 288 fit.
+    concerns = Concerns(
+        head_sizes=(256, 576), condition="with an attention head size of 256, or MLA's 576"
+    )
 
     def _chooser(self, module: cst.Module, release: Version) -> cst.FunctionDef:
         name = CHOOSER.get(release)

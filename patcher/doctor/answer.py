@@ -56,7 +56,7 @@ def diagnose(
             beside=functools.partial(environment.read, target, gpu.capabilities),
             model_from=asked.config,
             config_fields=given.config_fields(asked.config),
-            vision_head=given.vision_head(asked.config),
+            shape=given.shape(asked.config),
             quantization_from=read_from,
             eagle3=given.eagle3_asked(parsed, eagle3),
             launch=None if parsed is None else given.launched(parsed, flags),

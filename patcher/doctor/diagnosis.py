@@ -45,6 +45,7 @@ from sglpatch.doctor.eagle3 import missing_methods
 from sglpatch.doctor.facts.gpus import CAPABILITIES
 from sglpatch.doctor.findings import Finding, Kind
 from sglpatch.doctor.gates import devices, scanner, tables
+from sglpatch.doctor.models.shape import Shape
 from sglpatch.doctor.read import pool
 from sglpatch.doctor.read.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, read_file
 from sglpatch.doctor.report import (
@@ -81,7 +82,7 @@ def diagnose(
     beside: Callable[[], Environment | None] | None = None,
     model_from: Path | None = None,
     config_fields: frozenset[str] | None = None,
-    vision_head: int | None = None,
+    shape: Shape | None = None,
     quantization_from: str = "",
     eagle3: bool = False,
     launch: Launched | None = None,
@@ -91,7 +92,7 @@ def diagnose(
     """The whole answer for the tree at `package_dir`. `beside` reads the environment that runs
     it (its kernels and missing requirements; None: not judged), once the tree is read;
     `model_from` is the config.json that named `model`, `config_fields` the fields it sets,
-    `vision_head` its vision tower's head size (None: unknown)."""
+    `shape` the head sizes it gives."""
     say = progress or (lambda _: None)  # the stages, for a terminal's progress line
     source = Source(package_dir)
     paths, names = _models_asked(source, model)
@@ -140,7 +141,7 @@ def diagnose(
     suspects = tuple(s for s in every if s.outcome in judged.LISTED)
     asked = _asked(source, paths, read, quantization) if model is not None else None
     if asked is not None:
-        asked = asked._replace(config=config_fields, vision_head=vision_head)
+        asked = asked._replace(config=config_fields, shape=shape or Shape())
     found = pending.sort(work, chosen, asked, release, launch and launch.passed)
     if asked is not None and rows:  # a start-up patch is a blocker where it changes the start-up
         found = model_rows.on_path(found, rows, quantization, work)

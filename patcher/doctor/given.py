@@ -22,7 +22,7 @@ from sglpatch.doctor.launch.arguments import read_arguments
 from sglpatch.doctor.launch.parse import Launch, Origin, parse_launch, serve_form
 from sglpatch.doctor.launch.quantization import checkpoint_quantization, release_rules
 from sglpatch.doctor.launch.source import Source, directory_source
-from sglpatch.doctor.models.shape import vision_head_size
+from sglpatch.doctor.models.shape import Shape, shape_of
 from sglpatch.doctor.report import GpuChoice, Launched
 from sglpatch.errors import UsageError
 from sglpatch.reading import read_regular
@@ -58,7 +58,11 @@ def launched(launch: Launch, flags: Iterable[str]) -> Launched:
         spelled.setdefault(option.dest, long)
     given = {spelled[dest]: value for dest, value in launch.given.items() if dest in spelled}
     passed = frozenset(f for f in flags if passes(launch, f))
-    fields = tuple((dest, value) for dest, value in launch.given.items() if dest != "model_path")
+    # As ServerArgs names them: up to 0.5.13 `--tp 2` is stored as `tensor_parallel_size` and
+    # copied to `tp_size` (the table's `renamed`).
+    field = {dest: name for name, dest in launch.table.renamed.items()}
+    given_fields = [(field.get(d, d), value) for d, value in launch.given.items()]
+    fields = tuple((name, value) for name, value in given_fields if name != "model_path")
     return Launched(launch.model_path, given, passed, fields)
 
 
@@ -126,10 +130,10 @@ def config_fields(config: Path | None) -> frozenset[str] | None:
     return frozenset(k for k, v in {**nested, **loaded}.items() if v is not None)
 
 
-def vision_head(config: Path | None) -> int | None:
-    """The head size of the vision tower config.json describes (None: none, or unreadable)."""
+def shape(config: Path | None) -> Shape:
+    """The head sizes config.json gives (none: unreadable)."""
     loaded = _json(config) if config is not None else None
-    return vision_head_size(loaded) if loaded is not None else None
+    return shape_of(loaded) if loaded is not None else Shape()
 
 
 def _json(path: Path) -> dict[str, Any] | None:

@@ -32,7 +32,7 @@ from packaging.version import Version
 from sglpatch.doctor import census, coverage, known_gaps, pending
 from sglpatch.doctor.facts import kernel_support, unjudged_steps
 from sglpatch.doctor.facts.model_configs import EVERY_MODEL, family
-from sglpatch.doctor.models.shape import vision_head_size
+from sglpatch.doctor.models.shape import holds, shape_of
 from sglpatch.doctor.read.source_tree import Source
 from sglpatch.doctor.report import ModelRow
 from sglpatch.doctor.resolve import Outcome, run_whole
@@ -145,7 +145,8 @@ def start(inputs: Inputs, capabilities: Sequence[str]) -> Started:
     blocking = _blocking(inputs)
     reached = {pair: _reached(inputs, blocking, *pair) for pair in labels}
     now = {
-        key: _judge(outcome, key[2], release) + _unrecorded(outcome, key[0], labels[key[:2]])
+        key: _judge(outcome, key[2], release, labels[key[:2]])
+        + _unrecorded(outcome, key[0], labels[key[:2]])
         for key, outcome in inputs.outcomes.items()
     }
     # Each start-up patch is run alone: a problem is fixed when one of them takes it away,
@@ -196,7 +197,7 @@ def _finish(started: Started) -> tuple[ModelRow, ...]:
             if outcome.refused == before.refused and before.refused_on_reference:
                 outcome = dataclasses.replace(outcome, refused_on_reference=True)
             # Judged as `now` is: a field the family's record lacks is as unknown after apply.
-            patched = _judge(outcome, shown, release) + _unrecorded(
+            patched = _judge(outcome, shown, release, labels[key[0], key[1]]) + _unrecorded(
                 outcome, key[0], labels[key[0], key[1]]
             )
             still = {p.why for p in patched}
@@ -356,19 +357,18 @@ def _later_problems(
     reached: Sequence[coverage.PatchCheck], variant: Variant, chosen: set[tuple[str, str]]
 ) -> list[_Problem]:
     """Step 2: the pending patches off start-up this checkpoint reaches (None: apply cannot
-    fix it, the patch fails on this tree); not one whose failure needs a wider vision head than
-    the family's recorded config gives, or a backend its start-up never gives (`chosen`)."""
-    head = vision_head_size(dict(variant.extra))
+    fix it, the patch fails on this tree); not one whose failure needs a shape the family's
+    recorded config does not have, or a backend its start-up never gives (`chosen`)."""
+    shape = shape_of(dict(variant.extra))
     found = []
     for c in reached:
         concerns = c.patch.concerns
         if _startup(c) or (concerns.backends and not chosen & set(concerns.backends)):
             continue
-        unread = bool(concerns.condition)
-        if concerns.vision_head_above and head is not None:
-            if head <= concerns.vision_head_above:
-                continue
-            unread = False
+        judged = holds(concerns, shape)
+        if judged is False:
+            continue
+        unread = bool(concerns.condition) and judged is None
         found.append(
             _Problem(
                 NOT_EVALUATED if unread else BREAKS,
@@ -415,7 +415,9 @@ def _gaps(inputs: Inputs, arch: str, variant: Variant, shown: str) -> list[_Prob
     ]
 
 
-def _judge(outcome: Outcome, shown: str, release: str) -> list[_Problem]:
+def _judge(outcome: Outcome, shown: str, release: str, variant: Variant) -> list[_Problem]:
+    """The start-up's refusal and each backend it gives, by the kernel table on part `shown`;
+    the DSA backends only for the DSA form (0.5.3 - 0.5.8 default them for every model)."""
     if outcome.not_evaluated is not None:
         return [_Problem(NOT_EVALUATED, f"start-up not evaluated: {outcome.not_evaluated}")]
     capability = parsed_capability(shown)
@@ -429,7 +431,7 @@ def _judge(outcome: Outcome, shown: str, release: str) -> list[_Problem]:
         found.append(_Problem(BREAKS, f"start-up refuses: {outcome.refused}", file, line))
     where = dict((field, (file, line)) for field, file, line in outcome.where)
     for kind, field, value in outcome.choices:
-        if value in NOT_KERNELS:
+        if value in NOT_KERNELS or (kind == "dsa" and variant.form != "dsa"):
             continue
         name = kernel_support.gemm_name(field.split("_")[0], value) if kind == "gemm" else value
         record = kernel_support.lookup(kind, name, release)

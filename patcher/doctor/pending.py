@@ -11,8 +11,9 @@ from typing import NamedTuple
 from packaging.version import Version
 
 from sglpatch.doctor import census, coverage
+from sglpatch.doctor.models.shape import Shape, holds
 from sglpatch.doctor.report import UNTESTED, Blocker, ModelReport
-from sglpatch.patch import Concerns, Effect
+from sglpatch.patch import Effect
 from sglpatch.results import Failed
 
 
@@ -25,7 +26,7 @@ class Scope(NamedTuple):
     quantization: str | None  # the checkpoint's, when known
     unread: tuple[str, ...] = ()  # what doctor could not read of it (sglang/...): not judged
     config: frozenset[str] | None = None  # the config.json attributes it sets; None: unknown
-    vision_head: int | None = None  # its vision tower's head size; None: unknown or none
+    shape: Shape = Shape()  # the head sizes its config gives
 
 
 class Sorted(NamedTuple):
@@ -108,7 +109,7 @@ def sort(
         elif (
             not _concerned(check, asked)
             or _other_form(concerns.config, asked.config)
-            or _narrow_vision(concerns, asked)
+            or holds(concerns, asked.shape) is False
             or (concerns.unless is not None and passed is not None and concerns.unless in passed)
         ):
             unknown = asked.unread and concerns.runtime == "srt"  # it may concern the model
@@ -117,18 +118,10 @@ def sort(
             found.opt_in.append(_as_pending(check, release, when=when))
         else:  # reached: by default, or by a flag the launch passes (said as its condition)
             condition = "" if not wanted or asked.quantization else _if_quantized(wanted)
-            read = concerns.vision_head_above and asked.vision_head is not None
-            unread = "" if read else concerns.condition
+            unread = "" if holds(concerns, asked.shape) else concerns.condition
             condition = "; ".join(filter(None, (when, condition, unread)))
             found.blockers.append(_as_pending(check, release, when=condition))
     return found
-
-
-def _narrow_vision(concerns: Concerns, asked: Scope) -> bool:
-    """The failure needs a wider vision head than the model's config gives."""
-    head = asked.vision_head
-    above = concerns.vision_head_above
-    return bool(above) and head is not None and head <= above
 
 
 def _other_form(wanted: tuple[str, ...], config: frozenset[str] | None) -> bool:

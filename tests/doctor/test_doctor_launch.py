@@ -204,6 +204,30 @@ def test_e_gb10_on_0_5_23_with_nvfp4_moe_and_gpt_oss(
     assert mxfp4["after_apply"] == "needs" and "sm_121a" in mxfp4["why"]
 
 
+def test_f_gpt_oss_120b_at_tp_2_on_0_5_7(
+    hub: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Issue 34's fourth user: 0.5.7 with GPT-OSS-120B at TP 2. Its MXFP4 checkpoint takes the
+    FP8 patches off its path and its head size (64) the extend-attention one; at TP 2 the
+    release turns the FlashInfer all-reduce fusion on for every Blackwell (server_args.py,
+    `is_blackwell_supported()`), whose JIT knows majors 9 and 10 only: a blocker there, not at
+    TP 1."""
+    site = wheels.full_tree("0.5.7", tmp_path_factory.mktemp("user-4") / "0.5.7")
+    launch = [*LAUNCH, "--model-path", "openai/gpt-oss-120b", "--tp", "2"]
+    _, report = doctor(site, "--capability", "12.0", "--", *launch)
+    assert report["quantization"] == "mxfp4"
+    assert sources(report["blockers"]) == {
+        "sm120-allreduce-fusion-auto-gate",
+        "sm120-mxfp4-moe-backend",
+        "sm120-triton-kernels-mxfp4-block-k",
+    }
+    (row,) = [r for r in report["models"] if r["quantization"] == "mxfp4"]
+    assert (row["now"], row["after_apply"]) == ("breaks", "runs")
+    _, single = doctor(site, "--capability", "12.0", "--", *launch[:-2])
+    assert "sm120-allreduce-fusion-auto-gate" not in sources(single["blockers"])
+    assert "sm120-extend-attention-blocks" in single["not_for_this_model"]
+
+
 def test_d_an_unknown_launch_option_is_one_line_exit_2(trees: dict[str, Path], hub: Path) -> None:
     launch = ["--model-path", "google/gemma-2-9b", "--no-such-flag", "1"]
     code, out, err = text(trees[NEWEST], "--", *launch)

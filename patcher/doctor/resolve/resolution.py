@@ -53,6 +53,12 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "moe": ("moe_runner_backend",),
     "gemm": ("fp8_gemm_runner_backend", "fp4_gemm_runner_backend"),
 }  # fmt: skip
+# Fields that turn a kernel on by themselves (kind, the kernel table's name), and at which
+# tensor-parallel size it runs: 0.5.4.post2 - 0.5.7 turn the FlashInfer all-reduce fusion on for
+# 12, which only all-reduces across GPUs.
+SWITCHES: dict[str, tuple[str, str]] = {
+    "enable_flashinfer_allreduce_fusion": ("comm", "flashinfer_allreduce_fusion"),
+}
 # The steps that resolve those defaults, in __post_init__'s (or the pipeline's) order: a
 # ServerArgs method `_handle_<step>` (to 0.5.18) or a hook `handle_<step>` in arg_groups (0.5.19+).
 STEPS = (
@@ -220,6 +226,8 @@ class Resolver:
                     choices.append((kind, name, value))
                 elif value is not None:
                     return Outcome(not_evaluated=f"{name} resolved to {value!r}")
+        if _tensor_parallel(read("tp_size")):
+            choices += [(k, f, kernel) for f, (k, kernel) in SWITCHES.items() if read(f) is True]
         traced = tuple((name, *where[name]) for _, name, _ in choices if name in where)
         return Outcome(
             tuple(choices),
@@ -255,7 +263,11 @@ def _setters(cls: type) -> frozenset[str]:
 
 # 0.5.16+ functions that copy declared values onto the fields: not where a choice is made.
 _COPIERS = frozenset({"materialize_declarations", "_apply_fields"})
-_WATCHED = frozenset(name for names in FIELDS.values() for name in names)
+_WATCHED = frozenset(name for names in FIELDS.values() for name in names) | SWITCHES.keys()
+
+
+def _tensor_parallel(size: object) -> bool:
+    return type(size) is int and size > 1  # not a stand-in's value
 
 
 _WHERE: dict[str, tuple[str, int]] = {}  # the evaluation under way's (one at a time)
