@@ -217,7 +217,7 @@ def _read(
     patches: Sequence[Patch],
     paths: Sequence[Path],
     names: set[str] | None,
-    helpers: dict[str, frozenset[int]],
+    helpers: devices.Helpers,
     say: Progress,
     workers: pool.Pool,
     rows_for: Sequence[str] = (),
@@ -299,7 +299,7 @@ def _is_draft(entry: census.Registered) -> bool:
 
 def _covered(
     source: Source,
-    helpers: dict[str, frozenset[int]],
+    helpers: devices.Helpers,
     read: _Read,
     work: Sequence[coverage.PatchCheck],
 ) -> tuple[dict[Finding, str], set[Finding]]:
@@ -324,7 +324,7 @@ def _beside(findings: Sequence[Finding], package_dir: Path) -> list[Finding]:
 
 
 def _scan_beside(
-    data: bytes, shown: str, helpers: dict[str, frozenset[int]], package_dir: Path
+    data: bytes, shown: str, helpers: devices.Helpers, package_dir: Path
 ) -> list[Finding]:
     """A patched file scanned in memory (in a worker, for coverage), tables judged as above."""
     return _beside(scanner.scan_bytes(data, shown, helpers), package_dir)
@@ -385,7 +385,7 @@ def _models_asked(source: Source, model: str | None) -> tuple[list[Path], set[st
 
 
 def _rescanner(
-    source: Source, helpers: dict[str, frozenset[int]], package_dir: Path
+    source: Source, helpers: devices.Helpers, package_dir: Path
 ) -> Callable[[bytes, str], list[Finding]]:
     """Scans a patched file in memory, for coverage: what the patch changes there."""
 

@@ -3,6 +3,7 @@ pool that cannot start, dies or is left early."""
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sglpatch.doctor.gates import devices, scanner
+from sglpatch.doctor.gates.evaluator import Evaluator
 from sglpatch.doctor.read import candidates, pool
 from sglpatch.doctor.read.source_tree import Source
 from tests.support.releases import SEED
@@ -213,3 +215,17 @@ def _alive(pid: int) -> bool:
         return os.waitpid(pid, os.WNOHANG) == (0, 0)
     except ChildProcessError:
         return False
+
+
+@pytest.mark.wheel
+def test_an_exact_capability_helper_parts_12_0_from_12_1(trees: dict[str, Path]) -> None:
+    """0.5.23's `is_sm121()` compares the capability to (12, 1): GB10 alone, not 12.0 (its
+    name's digits would say major 12, both parts); `is_sm120()` excludes GB10."""
+    helpers = devices.helpers_of(Source(trees["0.5.23"] / "sglang"))
+    assert helpers["is_sm121"] == {(12, 1)} and helpers["is_sm120"] == {(12, 0)}
+    evaluator = Evaluator(helpers, {}, {}, frozenset())
+    for name, on in (("is_sm121", devices.GB10), ("is_sm120", devices.RTX_BLACKWELL)):
+        test = ast.parse(f"{name}()", mode="eval").body
+        truths = {device: evaluator.truth(test, device, True) for device in devices.DEVICES}
+        assert truths == {device: device == on for device in devices.DEVICES}, name
+    assert devices.helpers_of(Source(trees[SEED] / "sglang"))["is_sm100_supported"] == {10}

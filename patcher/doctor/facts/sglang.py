@@ -17,7 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 # SGLang's own helpers, as its `srt/utils/common.py` defines them (read from the target when it
 # has them: `partial(_check_cuda_device_version, device_capability_majors=[...])`).
-KNOWN_HELPERS: dict[str, frozenset[int]] = {
+KNOWN_HELPERS: dict[str, frozenset[int | tuple[int, int]]] = {
     "is_sm90_supported": frozenset({9}),
     "is_sm100_supported": frozenset({10}),
     "is_sm120_supported": frozenset({12}),

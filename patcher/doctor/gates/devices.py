@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 
 from sglpatch.doctor.facts import gpus
 from sglpatch.doctor.facts.sglang import KNOWN_HELPERS, PROBE, SM_NAME
@@ -16,14 +17,29 @@ from sglpatch.doctor.read import chunks
 from sglpatch.doctor.read.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source
 
 Device = gpus.Capability  # (major, minor): what a gate is evaluated for
+# What a capability helper is true on: majors (`is_sm100_supported()`: 10), or exact
+# capabilities (0.5.23's `is_sm121()`: (12, 1), GB10 alone).
+Holds = frozenset[int | tuple[int, int]]
+Helpers = Mapping[str, Holds]
+# A helper comparing the capability to one value: `get_device_capability() == (12, 1)`.
+_EXACT = re.compile(r"get_device_capability\(\)\s*==\s*\(\s*\d+\s*,\s*\d+\s*\)")
 DEVICES: tuple[Device, ...] = tuple(gpu.capability for gpu in gpus.GPUS)
 AMPERE, HOPPER, B200, RTX_BLACKWELL, GB10 = DEVICES
 NEW = gpus.NEW
 
 
-def helpers_of(source: Source) -> dict[str, frozenset[int]]:
+def holds_on(helper: Holds, device: Device) -> bool:
+    return device[0] in helper or (device[0], device[1]) in helper
+
+
+def only_new(helper: Holds) -> bool:
+    """True on capability 12 alone (or on one of its parts)."""
+    return bool(helper) and all((h if isinstance(h, int) else h[0]) == NEW for h in helper)
+
+
+def helpers_of(source: Source) -> dict[str, Holds]:
     """The helper table, with the target's own definitions overriding the known ones."""
-    table = dict(KNOWN_HELPERS)
+    table: dict[str, Holds] = dict(KNOWN_HELPERS)
     utils = source.package_dir / "srt" / "utils" / "common.py"
     if not source.is_file(utils):
         utils = source.package_dir / "srt" / "utils.py"
@@ -53,6 +69,7 @@ def helpers_of(source: Source) -> dict[str, frozenset[int]]:
                         for name in ast.walk(target):
                             if isinstance(name, ast.Name):
                                 table[name.id] = majors
+    table.update(_exact_helpers(source, text, utils))
     for probe, helper in _platform_probes(source).items():
         if (probed := helper_majors(helper, table)) is not None:
             table[PROBE + probe] = probed
@@ -106,7 +123,42 @@ def _called(func: ast.expr) -> str:
     )
 
 
-def helper_majors(name: str, helpers: Mapping[str, frozenset[int]]) -> frozenset[int] | None:
+def _exact_helpers(source: Source, text: str, utils: Path) -> dict[str, Holds]:
+    """`def is_sm121() -> bool: return is_cuda() and get_device_capability() == (12, 1)`: a
+    helper true on one capability, minor included (0.5.23's `is_sm120()` excludes GB10)."""
+    if not _EXACT.search(text):
+        return {}
+    try:
+        tree = chunks.around(text, _EXACT)
+    except TOO_DEEP:
+        source.note(source.shown(utils), TOO_DEEP_WHY)
+        return {}
+    found: dict[str, Holds] = {}
+    for node in tree.body if tree else ():
+        if not (isinstance(node, ast.FunctionDef) and not node.args.args):
+            continue
+        values = {
+            pair
+            for c in ast.walk(node)
+            if isinstance(c, ast.Compare)
+            and isinstance(c.ops[0], ast.Eq)
+            and "get_device_capability" in ast.unparse(c.left)
+            and (pair := _pair(c.comparators[0])) is not None
+        }
+        if len(values) == 1:
+            found[node.name] = frozenset(values)
+    return found
+
+
+def _pair(node: ast.expr) -> tuple[int, int] | None:
+    """`(12, 1)` as written."""
+    if not (isinstance(node, ast.Tuple) and len(node.elts) == 2):
+        return None
+    major, minor = (e.value if isinstance(e, ast.Constant) else None for e in node.elts)
+    return (major, minor) if type(major) is int and type(minor) is int else None
+
+
+def helper_majors(name: str, helpers: Helpers) -> Holds | None:
     if name in helpers:
         return helpers[name]
     match = SM_NAME.match(name)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Union
 
 from sglpatch.doctor.facts.sglang import PLATFORM, PROBE, PROBE_VALUES
@@ -23,8 +23,12 @@ from sglpatch.doctor.gates.devices import (
     RTX_BLACKWELL,
     Aliases,
     Device,
+    Helpers,
+    Holds,
     helper_majors,
+    holds_on,
     is_platform,
+    only_new,
     probe_of,
 )
 from sglpatch.doctor.read.source_tree import walk
@@ -61,7 +65,7 @@ class Evaluator:
 
     def __init__(
         self,
-        helpers: Mapping[str, frozenset[int]],
+        helpers: Helpers,
         module_aliases: Aliases,
         local_aliases: Aliases,
         defined: frozenset[str],
@@ -124,10 +128,11 @@ class Evaluator:
         for part in walk(node):
             if isinstance(part, ast.Call) and isinstance(part.func, ast.Name):
                 majors = self._helper(part.func.id)
-                if majors is not None and majors == {NEW}:
+                if majors is not None and only_new(majors):
                     return True
             elif (probe := self.probe(part)) is not None:
-                if self.helpers.get(PROBE + probe) == frozenset({NEW}):
+                probed = self.helpers.get(PROBE + probe)
+                if probed is not None and only_new(probed):
                     return True
             elif isinstance(part, ast.Name) and depth < 3 and self._alias_names_new(part.id, depth):
                 return True
@@ -147,7 +152,7 @@ class Evaluator:
                 )
         return False
 
-    def _helper(self, name: str) -> frozenset[int] | None:
+    def _helper(self, name: str) -> Holds | None:
         if name in self.defined and name not in self.helpers:
             return None
         return helper_majors(name, self.helpers)
@@ -230,7 +235,7 @@ class Evaluator:
             majors = self._helper(name)
             if majors is not None:
                 self._read_device = True
-                return major in majors
+                return holds_on(majors, (major, minor))
         if "capabilit" in name.lower() and not node.args:
             return self._capability_like(device)
         return None
@@ -269,7 +274,7 @@ class Evaluator:
         majors = self.helpers.get(PROBE + probe)
         if majors is not None:
             self._read_device = True
-            return major in majors
+            return holds_on(majors, device)
         if probe in PLATFORM:
             return PLATFORM[probe]
         if PROBE_VALUES.get(probe) in ("get_device_sm", "get_device_capability"):

@@ -60,7 +60,7 @@ class Gates:
         tree: ast.Module,
         shown: str,
         lines: Sequence[str],
-        helpers: Mapping[str, frozenset[int]],
+        helpers: devices.Helpers,
         defined: frozenset[str],
     ) -> None:
         self.tree = tree

@@ -14,7 +14,7 @@ import itertools
 import os
 import re
 import subprocess
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from sglpatch.doctor.findings import Finding
 from sglpatch.doctor.gates import devices, reach, tables
@@ -26,7 +26,7 @@ from sglpatch.doctor.read.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, rea
 # (`tables`). Each test is a search through every byte of the tree: they are few, and literal.
 _WORDS = (b"apabilit", b"APABILIT", b"is_sm", b"blackwell", b"device_sm")
 
-Helpers = Mapping[str, frozenset[int]]
+Helpers = devices.Helpers
 Hits = tuple[tuple[int, bytes], ...]  # the lines git grep found in a file: (number, line)
 Job = tuple[str, str, Hits | None]  # path, shown, its hits (None: not known, read it all)
 # A chunk's findings (by the file's index in the scan) and the files it could not judge (why).
