@@ -227,6 +227,12 @@ def _concerns_problems(concerns: object) -> list[str]:
     unless = concerns.unless
     if unless is not None and not (isinstance(unless, str) and _FLAG.fullmatch(unless)):
         problems.append("concerns.unless must be None or one option, `--name` or `--name value`")
+    above = concerns.vision_head_above
+    if not (type(above) is int and above >= 0):
+        problems.append("concerns.vision_head_above must be a head size (0: no such need)")
+    sizes = concerns.head_sizes
+    if not (isinstance(sizes, tuple) and all(type(n) is int and n > 0 for n in sizes)):
+        problems.append("concerns.head_sizes must be a tuple of head sizes")
     pairs = concerns.backends
     if not (
         isinstance(pairs, tuple)

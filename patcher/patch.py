@@ -133,7 +133,8 @@ class Concerns(NamedTuple):
                    shows `condition` where it does not; 0: no such need
     unless         the launch option (`--name` or `--name value`) with which the code is not
                    reached although the model is (`--kv-cache-dtype fp8_e4m3`: TileLang's FP8
-                   kernel, not the bf16 one); None: none
+                   kernel, not the bf16 one), given or resolved so by the start-up (its field
+                   is the option's name with `_` for `-`); None: none
     head_sizes     the failure needs one of these attention head sizes (the query head size:
                    MLA's `kv_lora_rank + qk_rope_head_dim`, else `head_dim`): doctor judges it
                    where it reads the config, and shows `condition` where it does not; (): any

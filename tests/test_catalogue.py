@@ -250,6 +250,8 @@ def test_an_effect_table_is_read_per_release(monkeypatch: pytest.MonkeyPatch) ->
         ({"concerns": Concerns(unless="kv-cache-dtype fp8_e4m3")}, "concerns.unless"),
         ({"concerns": Concerns(backends=("dsa", "tilelang"))}, "concerns.backends"),  # type: ignore[arg-type]
         ({"concerns": Concerns(backends=(("dsa", ""),))}, "concerns.backends"),
+        ({"concerns": Concerns(vision_head_above="128")}, "vision_head_above"),  # type: ignore[arg-type]
+        ({"concerns": Concerns(head_sizes=(256, "576"))}, "head_sizes"),  # type: ignore[arg-type]
         ({"concerns": Concerns(runtime="diffusion")}, "runtime must be one of"),
         ({"concerns": Concerns(architectures=("A",), runtime="multimodal_gen")}, "no srt models"),
         ({"effect": "completes a table"}, "effect must be an Effect"),

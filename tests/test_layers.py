@@ -330,3 +330,13 @@ def test_the_apis_doctor_finds_the_target_and_asks_the_door() -> None:
     # the door, and what every API module shares: the target finder and the report values
     assert imported <= {f"{PACKAGE}.doctor", f"{PACKAGE}.target", f"{PACKAGE}.reports"}, imported
     assert f"{PACKAGE}.doctor" in imported
+
+
+def test_no_module_is_over_400_lines() -> None:
+    """The house rule: a module that grows past 400 lines is split by what it does."""
+    long = {
+        str(path.relative_to(ROOT.parent)): count
+        for path in sorted([*ROOT.rglob("*.py"), *(ROOT.parent / "patches").rglob("*.py")])
+        if (count := len(path.read_text().splitlines())) > 400
+    }
+    assert not long, long

@@ -24,27 +24,26 @@ every file judged.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
 from sglpatch.doctor import (
     census,
     coverage,
-    eagle3,
     judged,
     known_gaps,
     model_rows,
     pending,
+    tree_reading,
     unreached,
 )
 from sglpatch.doctor.eagle3 import missing_methods
 from sglpatch.doctor.facts.gpus import CAPABILITIES
 from sglpatch.doctor.findings import Finding, Kind
-from sglpatch.doctor.gates import devices, scanner, tables
+from sglpatch.doctor.gates import devices
 from sglpatch.doctor.models.shape import Shape
 from sglpatch.doctor.read import pool
 from sglpatch.doctor.read.source_tree import TOO_DEEP, TOO_DEEP_WHY, Source, read_file
@@ -58,15 +57,12 @@ from sglpatch.doctor.report import (
     Suspect,
     Unread,
 )
-from sglpatch.doctor.resolve import Outcome, survey
-from sglpatch.doctor.resolve.survey import Key
-from sglpatch.doctor.resolve.variants import Variant
 from sglpatch.patch import Patch
 
 if TYPE_CHECKING:
     from sglpatch.doctor.environment import Environment
 
-Progress = Callable[[str], None]
+Progress = tree_reading.Progress
 
 
 def diagnose(
@@ -100,7 +96,7 @@ def diagnose(
     with pool.Pool() as workers:  # on an error, the workers are stopped, their work dropped
         rows_for = capabilities if release is not None and (all_models or model) else ()
         flags = dict(launch.fields) if launch is not None else {}
-        reading = _read(
+        reading = tree_reading.read_tree(
             source, package_dir, release, patches, paths, names, helpers, say, workers, rows_for,
             flags,
         )  # fmt: skip
@@ -200,107 +196,24 @@ def _draft(model: str | None, registered: Sequence[census.Registered]) -> str | 
     return drafts[0] if drafts and len(drafts) == len(registered) else None
 
 
-class _Read(NamedTuple):
-    """What doctor reads of the tree before it judges anything."""
-
-    findings: list[Finding]  # the scanner's, in the tree's order
-    checks: list[coverage.PatchCheck]  # the catalogue run in memory (none: release unknown)
-    required: dict[str, tuple[str, ...]]  # EAGLE-3 method -> where the target's code calls it
-    models: census.Models
-    registered: list[census.Registered]  # the classes --model chose, or all
-
-
-def _read(
-    source: Source,
-    package_dir: Path,
-    release: Version | None,
-    patches: Sequence[Patch],
-    paths: Sequence[Path],
-    names: set[str] | None,
-    helpers: devices.Helpers,
-    say: Progress,
-    workers: pool.Pool,
-    rows_for: Sequence[str] = (),
-    flags: Mapping[str, object] = {},
-) -> _Reading:
-    """The scan and the catalogue run in `workers` while this process reads the models."""
-    say("scanning capability gates")
-    scan = scanner.Scan(source, helpers, workers)  # git grep runs while the tree is listed
-    workers.start(scan.listed_up_to(pool.SMALL))
-    # Handed over first: loading libcst for the codemods is the largest piece of the work.
-    rescan = functools.partial(_scan_beside, helpers=helpers, package_dir=package_dir)
-    run = (
-        workers.run(coverage.check, package_dir, release, patches, _read_again, rescan)
-        if release
-        else None
-    )
-    say("reading the EAGLE-3 workers")
-    required = eagle3.requirements(source)  # while git grep runs
-    say(f"reading {len(paths)} models module(s)")
-    models = census.load_models(source, paths)
-    registered = [
-        r for r in census.registered(source, models, paths) if not names or r.name in names
-    ]
-    served = sorted({r.name for r in registered if not _is_draft(r)})
-    # One task: 12.0's run answers for 12.1 too wherever the release lets it.
-    surveyed = (
-        workers.run(survey.survey, package_dir, tuple(rows_for), tuple(served), flags)
-        if rows_for
-        else None
-    )
-    scan.start()
-    say("running the catalogue in memory")
-    return _Reading(package_dir, scan, run, patches, required, models, registered, surveyed)
-
-
-class _Reading:
-    """The tree read while the workers scan it and run the catalogue (and the survey)."""
-
-    def __init__(
-        self,
-        package_dir: Path,
-        scan: scanner.Scan,
-        run: pool.Task[list[coverage.PatchCheck]] | None,
-        patches: Sequence[Patch],
-        required: dict[str, tuple[str, ...]],
-        models: census.Models,
-        registered: list[census.Registered],
-        survey: pool.Task[tuple[dict[str, list[Variant]], dict[Key, Outcome]]] | None,
-    ) -> None:
-        self.package_dir, self.scan, self.run, self.patches = package_dir, scan, run, patches
-        self.required, self.models, self.registered = required, models, registered
-        self.survey = survey
-
-    @functools.cached_property
-    def checks(self) -> list[coverage.PatchCheck]:
-        """The catalogue run in memory (none: release unknown)."""
-        return _ours(self.run.result(), self.patches) if self.run is not None else []
-
-    def finish(self) -> _Read:
-        """What the scan found, once it has."""
-        findings = _beside(self.scan.result(), self.package_dir)
-        return _Read(findings, self.checks, self.required, self.models, self.registered)
-
-
 def _rows_read(
-    source: Source, release: Version | None, reading: _Reading, flags: Mapping[str, object]
+    source: Source,
+    release: Version | None,
+    reading: tree_reading.Reading,
+    flags: Mapping[str, object],
 ) -> model_rows.Read | None:
     """What the rows are built from, the survey's answer waited for only when they are."""
     task = reading.survey
     if task is None or release is None:
         return None
-    served = [r for r in reading.registered if not _is_draft(r)]
+    served = [r for r in reading.registered if not tree_reading.is_draft(r)]
     return model_rows.Read(source, release, reading.models, served, task.result, flags)
-
-
-def _is_draft(entry: census.Registered) -> bool:
-    return bool(entry.excluded and entry.excluded.startswith("a draft"))
 
 
 def _covered(
     source: Source,
     helpers: devices.Helpers,
-    read: _Read,
+    read: tree_reading.Read,
     work: Sequence[coverage.PatchCheck],
 ) -> tuple[dict[Finding, str], set[Finding]]:
     """finding -> the pending patch that changes what 12 gets there; and the findings a patch in
@@ -315,26 +228,6 @@ def _covered(
     for finding, patch_id in unreached.covered(read.findings, work, current).items():
         covered.setdefault(finding, patch_id)
     return covered, unreached.settled(read.findings, read.checks, current)
-
-
-def _beside(findings: Sequence[Finding], package_dir: Path) -> list[Finding]:
-    """The tables their own module never reads, judged by the modules beside them."""
-    found = (tables.beside(f, package_dir) for f in findings)
-    return [f for f in found if f is not None]
-
-
-def _scan_beside(
-    data: bytes, shown: str, helpers: devices.Helpers, package_dir: Path
-) -> list[Finding]:
-    """A patched file scanned in memory (in a worker, for coverage), tables judged as above."""
-    return _beside(scanner.scan_bytes(data, shown, helpers), package_dir)
-
-
-def _read_again(before: bytes) -> bool:
-    """Whether doctor reads a pending patch's result for the file `before`: to scan it again
-    (`covered_by`, where the scanner can find a decision) or for a model's methods (where a
-    class is defined)."""
-    return scanner.could_decide(before) or b"class" in before
 
 
 def _judged(
@@ -353,7 +246,7 @@ def _judged(
 
 
 def _asked(
-    source: Source, paths: Sequence[Path], read: _Read, quantization: str | None
+    source: Source, paths: Sequence[Path], read: tree_reading.Read, quantization: str | None
 ) -> pending.Scope:
     """The model --model chose, as the pending patches are sorted by it."""
     files = {source.shown(p) for p in paths}
@@ -391,7 +284,7 @@ def _rescanner(
 
     def rescan(data: bytes, shown: str) -> list[Finding]:
         try:
-            return _scan_beside(data, shown, helpers, package_dir)
+            return tree_reading.scan_beside(data, shown, helpers, package_dir)
         except TOO_DEEP:  # the patched file: what the patch covers there is unknown
             source.note(shown, f"{TOO_DEEP_WHY} (once patched)")
             return []
@@ -406,14 +299,6 @@ def _as_blocker(suspect: Suspect) -> Blocker:
     what = listed[0].what if listed else f"capability 12 gets {f.gets} ({f.kind})"
     when = f"with {suspect.opt_in}" if suspect.opt_in else ""
     return Blocker(what, f"{f.file}:{f.line}", suspect.covered_by, when=when, origin=Origin.SUSPECT)
-
-
-def _ours(
-    checks: Sequence[coverage.PatchCheck], patches: Sequence[Patch]
-) -> list[coverage.PatchCheck]:
-    """The checks on the caller's own patch objects (a worker answers with copies)."""
-    by_id = {patch.id: patch for patch in patches}
-    return [check._replace(patch=by_id[check.patch.id]) for check in checks]
 
 
 def _model_report(

@@ -32,7 +32,9 @@ class KnownGap(NamedTuple):
     maybe: frozenset[str] = frozenset()  # classes that reach it `when`; both empty: any model
     when: str = ""
     blocks: bool = True  # False: what is known, said but never counted
-    quantization: str = ""  # the checkpoints (SGLang's name) it is about, for doctor's rows
+    # The checkpoints it may be about, as SGLang names their quantization (compressed-tensors:
+    # NVFP4 is one of its schemes); empty: any.
+    quantization: frozenset[str] = frozenset()
 
 
 GAPS: tuple[KnownGap, ...] = (
@@ -59,7 +61,7 @@ GAPS: tuple[KnownGap, ...] = (
         "docs/nvfp4-moe-gb10.md",
         blocks=False,
         when="if the checkpoint is NVFP4 MoE",
-        quantization="modelopt_fp4",
+        quantization=frozenset({"modelopt_fp4", "modelopt_mixed", "compressed-tensors"}),
     ),
 )
 
@@ -88,7 +90,7 @@ def known(
         for g in GAPS
         if release in g.releases
         and any(c in g.capabilities for c in capabilities)
-        and not (quantization and g.quantization and g.quantization != quantization)
+        and not (quantization and g.quantization and quantization not in g.quantization)
     ]
     if names is None:
         return Known(notes=tuple(holding))

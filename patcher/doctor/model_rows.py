@@ -30,37 +30,23 @@ from typing import NamedTuple, Protocol
 from packaging.version import Version
 
 from sglpatch.doctor import census, coverage, known_gaps, pending
-from sglpatch.doctor.facts import kernel_support, unjudged_steps
-from sglpatch.doctor.facts.model_configs import EVERY_MODEL, family
-from sglpatch.doctor.models.shape import holds, shape_of
+from sglpatch.doctor import model_problems as problems
+from sglpatch.doctor.facts import unjudged_steps
+from sglpatch.doctor.model_problems import BREAKS, NEEDS, NOT_EVALUATED, RUNS, Problem
 from sglpatch.doctor.read.source_tree import Source
 from sglpatch.doctor.report import ModelRow
-from sglpatch.doctor.resolve import Outcome, run_whole
+from sglpatch.doctor.resolve import Outcome
 from sglpatch.doctor.resolve.survey import Key, Wanted, again_at
-from sglpatch.doctor.resolve.survey import capability as parsed_capability
 from sglpatch.doctor.resolve.variants import Variant
 from sglpatch.patch import MOE_LAYERS, Effect
-from sglpatch.results import Failed
 
-RUNS, BREAKS, NOT_EVALUATED, NEEDS = "runs", "breaks", "not evaluated", "needs"
 _WORST = (BREAKS, NOT_EVALUATED, NEEDS, RUNS)  # a row's status: the first of these found
-# Values that are not a kernel: "auto" is resolved later, by the layer that loads the weights;
-# "nsa"/"dsa" dispatch to the DSA prefill/decode backends, which are judged themselves.
-NOT_KERNELS = frozenset({"auto", "nsa", "dsa"})
 
 
 class Later(Protocol):
     """Work handed over: its answer when asked."""
 
     def result(self) -> dict[str, list[Outcome]]: ...
-
-
-class _Problem(NamedTuple):
-    status: str  # BREAKS or NOT_EVALUATED
-    why: str
-    file: str | None = None
-    line: int | None = None
-    fixed_by: str | None = None  # the patch whose application removes it
 
 
 class Inputs(NamedTuple):
@@ -132,7 +118,7 @@ class Started(NamedTuple):
     capabilities: Sequence[str]
     labels: dict[tuple[str, str], Variant]
     reached: dict[tuple[str, str], list[coverage.PatchCheck]]
-    now: dict[Key, list[_Problem]]
+    now: dict[Key, list[Problem]]
     batches: list[_Batch]
 
     def result(self) -> tuple[ModelRow, ...]:
@@ -145,8 +131,8 @@ def start(inputs: Inputs, capabilities: Sequence[str]) -> Started:
     blocking = _blocking(inputs)
     reached = {pair: _reached(inputs, blocking, *pair) for pair in labels}
     now = {
-        key: _judge(outcome, key[2], release, labels[key[:2]])
-        + _unrecorded(outcome, key[0], labels[key[:2]])
+        key: problems.judge(outcome, key[2], release, labels[key[:2]])
+        + problems.unrecorded(outcome, key[0], labels[key[:2]])
         for key, outcome in inputs.outcomes.items()
     }
     # Each start-up patch is run alone: a problem is fixed when one of them takes it away,
@@ -176,18 +162,18 @@ def _finish(started: Started) -> tuple[ModelRow, ...]:
     inputs, capabilities, labels, reached, now, batches = started
     release = str(inputs.release)
     fixed: dict[Key, set[str]] = {key: set() for key in now}
-    brought: dict[Key, list[_Problem]] = {key: [] for key in now}
-    later: dict[Key, list[_Problem]] = {key: [] for key in now}
+    brought: dict[Key, list[Problem]] = {key: [] for key in now}
+    later: dict[Key, list[Problem]] = {key: [] for key in now}
     changed: dict[Key, list[str]] = {key: [] for key in now}
-    # The backends each start-up gives, as it is and with each start-up patch in.
-    chosen = {key: _backends(outcome) for key, outcome in inputs.outcomes.items()}
+    # Each start-up, as it is and with each start-up patch in.
+    states = {key: [outcome] for key, outcome in inputs.outcomes.items()}
     for check, keys, task in batches:
         answers = task.result()
         for key, outcome in (
             pair for shown in answers for pair in zip(keys[shown], answers[shown], strict=True)
         ):
             shown = key[2]
-            chosen[key] |= _backends(outcome)
+            states[key].append(outcome)
             before = inputs.outcomes[key]
             if outcome.not_evaluated or (outcome.choices, outcome.refused) == (
                 before.choices,
@@ -197,16 +183,16 @@ def _finish(started: Started) -> tuple[ModelRow, ...]:
             if outcome.refused == before.refused and before.refused_on_reference:
                 outcome = dataclasses.replace(outcome, refused_on_reference=True)
             # Judged as `now` is: a field the family's record lacks is as unknown after apply.
-            patched = _judge(outcome, shown, release, labels[key[0], key[1]]) + _unrecorded(
-                outcome, key[0], labels[key[0], key[1]]
-            )
+            patched = problems.judge(
+                outcome, shown, release, labels[key[0], key[1]]
+            ) + problems.unrecorded(outcome, key[0], labels[key[0], key[1]])
             still = {p.why for p in patched}
             fixed[key] |= {p.why for p in now[key] if p.why not in still}
             was = {p.why for p in now[key]}
             brought[key] += [p for p in patched if p.why not in was]
             changed[key].append(check.patch.id)
             if check in reached[key[0], key[1]] and not _breaks(now[key]):
-                later[key].append(_Problem(BREAKS, check.patch.symptom, check.file))
+                later[key].append(Problem(BREAKS, check.patch.symptom, check.file))
     after = {
         key: [p for p in found if p.why not in fixed[key]] + brought[key]
         for key, found in now.items()
@@ -216,7 +202,7 @@ def _finish(started: Started) -> tuple[ModelRow, ...]:
         unjudged = _unjudged(inputs, arch, variant)
         for shown in capabilities:
             key = (arch, label, shown)
-            rest = _later_problems(reached[arch, label], variant, chosen[key]) + unjudged
+            rest = problems.later_problems(reached[arch, label], variant, states[key]) + unjudged
             gaps = _gaps(inputs, arch, variant, shown)
             found.append(
                 _row(
@@ -235,8 +221,8 @@ def _row(
     arch: str,
     variant: Variant,
     shown: str,
-    now: list[_Problem],
-    after: list[_Problem],
+    now: list[Problem],
+    after: list[Problem],
     patches: Iterable[str | None],
 ) -> ModelRow:
     status, left = _worst(p.status for p in now), _worst(p.status for p in after)
@@ -262,17 +248,15 @@ def _worst(statuses: Iterable[str]) -> str:
     return next((s for s in _WORST if s in seen), RUNS)
 
 
-def _breaks(problems: Sequence[_Problem]) -> bool:
+def _breaks(problems: Sequence[Problem]) -> bool:
     return any(p.status == BREAKS for p in problems)
 
 
 def _startup_patches(work: Sequence[coverage.PatchCheck]) -> list[coverage.PatchCheck]:
     """Pending patches on a module the resolution runs whole, which apply."""
-    return [c for c in work if c.after is not None and not _fails(c) and _startup(c)]
-
-
-def _startup(check: coverage.PatchCheck) -> bool:
-    return run_whole(check.file[: -len(".py")].replace("/", "."))
+    return [
+        c for c in work if c.after is not None and not problems.fails(c) and problems.startup(c)
+    ]
 
 
 def _reached(
@@ -318,7 +302,11 @@ def on_path(
     if not relevant:  # a quantization the rows do not evaluate: nothing to go by
         return found
     # A start-up patch, or one reached through a backend only, where no row of it uses it.
-    judged = {c.patch.id for c in work if _startup(c) or c.patch.concerns.backends}
+    judged = {
+        c.patch.id
+        for c in work
+        if problems.startup(c) or c.patch.concerns.backends or c.patch.concerns.unless
+    }
     used = {p for r in relevant for p in r.patches}
     off = [b for b in found.blockers if b.source in judged and b.source not in used]
     if not off:
@@ -329,65 +317,11 @@ def on_path(
     )
 
 
-def _unrecorded(outcome: Outcome, arch: str, variant: Variant) -> list[_Problem]:
-    """The release read a field of this model's config.json that the stand-in did not carry,
-    and that no published config of its family recorded: the code's default was taken, which
-    the real checkpoint may not leave it (the row is not evaluated)."""
-    recorded = family(arch, dsa=variant.form == "dsa")
-    known = set(recorded.config) if recorded else set()
-    if variant.form is None:
-        known.add("index_topk")  # its absence is what makes this the form without DSA
-    names = [
-        name
-        for name in (a.split(".", 1)[1] for a in outcome.absent if a.startswith("hf_config."))
-        if name not in EVERY_MODEL and name not in known
-    ]
-    if not names or outcome.not_evaluated:
-        return []
-    shown = ", ".join(names)
-    why = f"start-up read {shown} of the model's config, which is not recorded for its family"
-    return [_Problem(NOT_EVALUATED, why + " (facts/model_configs.json): the default was taken")]
-
-
-def _backends(outcome: Outcome) -> set[tuple[str, str]]:
-    return {(kind, value) for kind, _, value in outcome.choices}
-
-
-def _later_problems(
-    reached: Sequence[coverage.PatchCheck], variant: Variant, chosen: set[tuple[str, str]]
-) -> list[_Problem]:
-    """Step 2: the pending patches off start-up this checkpoint reaches (None: apply cannot
-    fix it, the patch fails on this tree); not one whose failure needs a shape the family's
-    recorded config does not have, or a backend its start-up never gives (`chosen`)."""
-    shape = shape_of(dict(variant.extra))
-    found = []
-    for c in reached:
-        concerns = c.patch.concerns
-        if _startup(c) or (concerns.backends and not chosen & set(concerns.backends)):
-            continue
-        judged = holds(concerns, shape)
-        if judged is False:
-            continue
-        unread = bool(concerns.condition) and judged is None
-        found.append(
-            _Problem(
-                NOT_EVALUATED if unread else BREAKS,
-                f"{c.patch.symptom} ({concerns.condition}, which is not read)"
-                if unread
-                else c.patch.symptom,
-                c.file,
-                None,
-                None if _fails(c) else c.patch.id,
-            )
-        )
-    return found
-
-
-def _unjudged(inputs: Inputs, arch: str, variant: Variant) -> list[_Problem]:
+def _unjudged(inputs: Inputs, arch: str, variant: Variant) -> list[Problem]:
     """Steps of this checkpoint's path that nothing judges yet (`facts/unjudged_steps.py`)."""
     moe = _has_moe(inputs, arch)
     return [
-        _Problem(NOT_EVALUATED, why)
+        Problem(NOT_EVALUATED, why)
         for why in unjudged_steps.steps(inputs.release, variant.quantization, variant.form, moe)
     ]
 
@@ -398,53 +332,14 @@ def _has_moe(inputs: Inputs, arch: str) -> bool:
     return scope is not None and any(m.startswith(MOE_LAYERS) for m in scope.modules)
 
 
-def _fails(check: coverage.PatchCheck) -> bool:
-    return isinstance(check.outcome, Failed)
-
-
-def _gaps(inputs: Inputs, arch: str, variant: Variant, shown: str) -> list[_Problem]:
+def _gaps(inputs: Inputs, arch: str, variant: Variant, shown: str) -> list[Problem]:
     """Step 3: the known gaps that always hold for the architecture on this part, and what
     is unsettled for its checkpoint there (not evaluated: reports disagree)."""
     known = known_gaps.known(inputs.release, {arch}, (shown,))
     scope = inputs.scopes.get(arch)
     moe = scope is not None and any(m.startswith(MOE_LAYERS) for m in scope.modules)
-    return [_Problem(BREAKS, f"{gap.what} (no patch: {gap.fix})") for gap in known.blockers] + [
-        _Problem(NOT_EVALUATED, gap.what)
+    return [Problem(BREAKS, f"{gap.what} (no patch: {gap.fix})") for gap in known.blockers] + [
+        Problem(NOT_EVALUATED, gap.what)
         for gap in known.notes
-        if gap.quantization and gap.quantization == variant.quantization and moe
+        if gap.quantization and variant.quantization in gap.quantization and moe
     ]
-
-
-def _judge(outcome: Outcome, shown: str, release: str, variant: Variant) -> list[_Problem]:
-    """The start-up's refusal and each backend it gives, by the kernel table on part `shown`;
-    the DSA backends only for the DSA form (0.5.3 - 0.5.8 default them for every model)."""
-    if outcome.not_evaluated is not None:
-        return [_Problem(NOT_EVALUATED, f"start-up not evaluated: {outcome.not_evaluated}")]
-    capability = parsed_capability(shown)
-    found = []
-    if outcome.refused is not None and outcome.refused_on_reference:
-        file, line = outcome.refused_at or (None, None)
-        why = f"start-up refuses every GPU (10.0 too) without a flag: {outcome.refused}"
-        found.append(_Problem(NOT_EVALUATED, why + "; a launch with it is not judged", file, line))
-    elif outcome.refused is not None:
-        file, line = outcome.refused_at or (None, None)
-        found.append(_Problem(BREAKS, f"start-up refuses: {outcome.refused}", file, line))
-    where = dict((field, (file, line)) for field, file, line in outcome.where)
-    for kind, field, value in outcome.choices:
-        if value in NOT_KERNELS or (kind == "dsa" and variant.form != "dsa"):
-            continue
-        name = kernel_support.gemm_name(field.split("_")[0], value) if kind == "gemm" else value
-        record = kernel_support.lookup(kind, name, release)
-        answer = None if record is None else record.judge(capability)
-        file, line = where.get(field, (None, None))
-        if answer is False and record is not None:
-            why = f"{field} = {value!r}: {kind}/{name} runs on {record.shown_range()}"
-            found.append(_Problem(BREAKS, why, file, line))
-        elif answer is None:
-            why = f"{field} = {value!r}: the kernel table does not know {kind}/{name} on {shown}"
-            found.append(_Problem(NOT_EVALUATED, why, file, line))
-        elif record is not None:  # it runs there, given what the table says it needs
-            for need in record.needs_on(capability):
-                why = f"{field} = {value!r}: {kind}/{name} on {shown} needs {need}"
-                found.append(_Problem(NEEDS, why, file, line))
-    return found

@@ -105,19 +105,22 @@ DSV32 = {"architectures": ["DeepseekV32ForCausalLM"], "index_topk": 2048, "index
 TILELANG_SHAPE = "sm120-dsa-tilelang-shape"
 
 
-def test_an_fp8_kv_cache_takes_the_bf16_tilelang_patch_off_the_path(
+def test_the_bf16_tilelang_patch_follows_the_kv_cache_dtype(
     trees: dict[str, Path], tmp_path: Path
 ) -> None:
-    """Issue #34's second user: DeepSeek-V3.2 on 0.5.23. By default sm120-dsa-backends gives 12
-    TileLang with a bf16 KV cache, whose kernel sm120-dsa-tilelang-shape reshapes; with
-    `--kv-cache-dtype fp8_e4m3` TileLang builds its FP8 kernel, and that patch is not about this
-    launch (the backends and the indexer still block)."""
+    """Issue #34's second user: DeepSeek-V3.2 on 0.5.23. sm120-dsa-backends gives 12 TileLang;
+    0.5.23 resolves the KV cache to fp8_e4m3 on 12 by itself and the patch keeps it there, so
+    TileLang builds its FP8 kernel and sm120-dsa-tilelang-shape (the bf16 kernel's shape) is not
+    on the default path, nor with `--kv-cache-dtype fp8_e4m3`; with `bfloat16` it is. The rows
+    say the same as the blockers."""
     model = str(checkpoint(tmp_path / "v32", **DSV32))
-    default = report(trees["0.5.23"], "--", "--model-path", model)
-    assert {"sm120-dsa-backends", TILELANG_SHAPE} <= blockers(default)
-    fp8 = report(trees["0.5.23"], "--", "--model-path", model, "--kv-cache-dtype", "fp8_e4m3")
-    assert "sm120-dsa-backends" in blockers(fp8) and TILELANG_SHAPE not in blockers(fp8)
-    assert TILELANG_SHAPE in fp8["not_for_this_model"]  # type: ignore[operator]
+    for kv, on_path in ((None, False), ("fp8_e4m3", False), ("bfloat16", True)):
+        launch = ["--model-path", model, *(("--kv-cache-dtype", kv) if kv else ())]
+        found = report(trees["0.5.23"], "--", *launch)
+        assert {"sm120-dsa-backends", "sm120-dsa-indexer-fallback"} <= blockers(found), kv
+        assert (TILELANG_SHAPE in blockers(found)) is on_path, kv
+        rows = [r for r in found["models"] if r["form"] == "dsa"]  # type: ignore[attr-defined]
+        assert rows and all((TILELANG_SHAPE in r["patches"]) is on_path for r in rows), kv
 
 
 def test_a_tilelang_patch_blocks_only_where_the_start_up_gives_tilelang(

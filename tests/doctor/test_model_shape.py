@@ -12,7 +12,7 @@ from sglpatch.patch import Concerns
     ("tower", "head"),
     [
         ({"vt_hidden_size": 1152, "vt_num_attention_heads": 16}, 72),  # Kimi K2.5 (MoonViT)
-        ({"embed_dim": 1280, "num_heads": 16}, 80),  # Qwen2-VL
+        ({"embed_dim": 1280, "hidden_size": 3584, "num_heads": 16}, 80),  # Qwen2-VL-7B
         ({"hidden_size": 1280, "num_heads": 16, "head_dim": 96}, 96),  # head_dim first
         ({"hidden_size": 4096, "num_attention_heads": 16}, 256),
         ({"hidden_size": 1000, "num_attention_heads": 16}, None),  # not a whole head size
@@ -51,3 +51,6 @@ def test_holds_judges_only_what_the_config_says() -> None:
     assert holds(vision, Shape(vision_head=72)) is False
     assert holds(vision, Shape(vision_head=256)) is True
     assert holds(Concerns(), Shape(1, 2)) is None  # no shape needed
+    both = Concerns(vision_head_above=128, head_sizes=(256,))
+    assert holds(both, Shape(256, 256)) is True and holds(both, Shape(256, 64)) is False
+    assert holds(both, Shape(None, 256)) is None

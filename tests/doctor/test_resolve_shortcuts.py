@@ -120,11 +120,15 @@ def test_damaged_or_unwritable_cache_is_a_miss(
         expected = survey.outcomes_at(files, {"12.0": wanted})
     lifting.keep_analyses()
     entries = list((tmp_path / "compiled").iterdir())
-    for n, entry in enumerate(entries):  # garbage, a truncated entry, another shape
-        entry.write_bytes([b"\x00garbage", entry.read_bytes()[:40], b"\xe9\x00\x00\x00\x00"][n % 3])
+    for n, entry in enumerate(entries):  # garbage, a truncated entry, a payload not its digest
+        entry.write_bytes([b"\x00garbage", entry.read_bytes()[:40], bytes(32) + b"\xe9"][n % 3])
     _forget(monkeypatch)
     with survey.quiet():
         assert survey.outcomes_at(files, {"12.0": wanted}) == expected
+    lifting.keep_analyses()  # each was a miss, compiled again and written whole
+    assert all(disk_cache.load(entry.name) is not None for entry in entries)
+    (tmp_path / "compiled").chmod(0o777)  # a folder others may write: nothing in it is run
+    assert all(disk_cache.load(entry.name) is None for entry in entries)
     blocked = tmp_path / "a-file"
     blocked.write_text("")
     monkeypatch.setenv("SGLPATCH_CACHE_DIR", str(blocked))  # its folder cannot be made

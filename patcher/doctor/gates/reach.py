@@ -308,9 +308,10 @@ class Gates:
         evaluator = self.evaluator(function)
         outer = conditions_to(node, ancestors)
         flag = flag_of(node, function, decision)
-        # A function named for a backend flag (0.5.16+'s `get_default_attn_backend`) chooses
-        # with what its branches return.
-        returns = function.name if function is not None else None
+        # A function choosing a backend flag's default (0.5.16+'s `get_default_attn_backend`)
+        # chooses with what its branches return.
+        name = function.name if function is not None else ""
+        returns = name if "default" in name else None
         for index in taken:
             found = branches_of.choices(
                 evaluator, decision.bodies[index], device, decision.field, returns

@@ -351,4 +351,4 @@ def _defined(text: str) -> frozenset[str]:
 
 def _new_helpers(helpers: Helpers) -> list[str]:
     """The helpers true on capability 12 alone (`is_sm120_supported`)."""
-    return [name for name, majors in helpers.items() if majors == {devices.NEW}]
+    return [name for name, majors in helpers.items() if devices.only_new(majors)]

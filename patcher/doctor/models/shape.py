@@ -11,8 +11,9 @@ from typing import Any, NamedTuple
 from sglpatch.patch import Concerns
 
 # How the towers' configs name their width and heads (Kimi K2.5's MoonViT: `vt_`; Qwen2-VL's
-# ViT: `embed_dim`, `num_heads`).
-_WIDTH = ("hidden_size", "vt_hidden_size", "embed_dim")
+# ViT: `embed_dim`, `num_heads`, where `hidden_size` is the merger's output, the language
+# model's width: `embed_dim` comes first).
+_WIDTH = ("embed_dim", "hidden_size", "vt_hidden_size")
 _HEADS = ("num_attention_heads", "vt_num_attention_heads", "num_heads")
 
 
@@ -32,11 +33,16 @@ def shape_of(config: Mapping[str, Any]) -> Shape:
 def holds(concerns: Concerns, shape: Shape) -> bool | None:
     """Whether the model has the shape the patch's failure needs: True, False, or None (it needs
     none, or the config does not say)."""
-    if concerns.vision_head_above and shape.vision_head is not None:
-        return shape.vision_head > concerns.vision_head_above
-    if concerns.head_sizes and shape.attention_head is not None:
-        return shape.attention_head in concerns.head_sizes
-    return None
+    found: list[bool | None] = []
+    if concerns.vision_head_above:
+        head = shape.vision_head
+        found.append(None if head is None else head > concerns.vision_head_above)
+    if concerns.head_sizes:
+        head = shape.attention_head
+        found.append(None if head is None else head in concerns.head_sizes)
+    if False in found:
+        return False
+    return True if found and all(found) else None
 
 
 def vision_head_size(config: Mapping[str, Any]) -> int | None:

@@ -7,6 +7,7 @@ import ast
 import logging
 import types
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 from sglpatch.doctor.resolve import disk_cache
@@ -47,7 +48,7 @@ def _loads(statement: ast.stmt) -> set[str]:
 
 
 Statement = tuple[types.CodeType, set[str], set[str], set[str]]  # code, needs now, later, binds
-_ANALYSIS = b"lifting 1"  # what `_needs` and `_defines` compute: change it when they change
+_ANALYSIS = Path(__file__).read_bytes()  # the code that computes an entry is part of its name
 
 
 class _Analysed:

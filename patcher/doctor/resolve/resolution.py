@@ -53,6 +53,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "moe": ("moe_runner_backend",),
     "gemm": ("fp8_gemm_runner_backend", "fp4_gemm_runner_backend"),
 }  # fmt: skip
+# Fields read beside the backends, for the patches whose code depends on them (`Concerns.unless`:
+# 0.5.23 resolves the DSA KV cache to fp8_e4m3 on 12 by itself).
+SETTINGS = ("kv_cache_dtype",)
 # Fields that turn a kernel on by themselves (kind, the kernel table's name), and at which
 # tensor-parallel size it runs: 0.5.4.post2 - 0.5.7 turn the FlashInfer all-reduce fusion on for
 # 12, which only all-reduces across GPUs.
@@ -107,6 +110,7 @@ class Outcome:
     # The release never read the checkpoint's quantization: the model's other checkpoints
     # (the same fields, another quantization) get this outcome too.
     quantization_unread: bool = False
+    settings: tuple[tuple[str, str], ...] = ()  # `SETTINGS` as resolved (field, value)
 
 
 class Resolver:
@@ -229,12 +233,14 @@ class Resolver:
         if _tensor_parallel(read("tp_size")):
             choices += [(k, f, kernel) for f, (k, kernel) in SWITCHES.items() if read(f) is True]
         traced = tuple((name, *where[name]) for _, name, _ in choices if name in where)
+        settings = tuple((name, value) for name in SETTINGS if isinstance(value := read(name), str))
         return Outcome(
             tuple(choices),
             refused,
             where=traced,
             refused_at=refused_at,
             absent=tuple(MISSING.names),
+            settings=settings,
         )
 
 

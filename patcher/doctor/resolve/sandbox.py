@@ -15,6 +15,7 @@ import sys
 import types
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from sglpatch.doctor.resolve import disk_cache
@@ -206,13 +207,16 @@ def _restore(environ: dict[Any, Any]) -> None:
 def _compiled(source: bytes, path: str) -> types.CodeType:
     """A module run whole, compiled once for every sandbox, and kept between runs
     (server_args.py is 300 kB: compiling it took most of a sandbox's start)."""
-    entry = disk_cache.name(b"run whole", path.encode(), source)
+    entry = disk_cache.name(_SELF, path.encode(), source)
     kept = disk_cache.load(entry)
     if isinstance(kept, types.CodeType):
         return kept
     code = compile(source, path, "exec")
     disk_cache.save(entry, code)
     return code
+
+
+_SELF = Path(__file__).read_bytes()  # how a module run whole is compiled: part of its entry
 
 
 def run_whole(name: str) -> bool:
