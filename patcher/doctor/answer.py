@@ -41,7 +41,10 @@ def diagnose(
         path = given.model_path(parsed, model, model_path)
         asked = model_asked(model, path)
         patches = catalogue.load(catalog)
-        quantization, read_from = given.quantization(target.package_dir, asked.config, parsed)
+        config = given.read_config(asked.config)
+        quantization, read_from = given.quantization(
+            target.package_dir, asked.config, config, parsed
+        )
         gpu = given.gpu(capabilities)
         flags = {f for p in patches for f in (p.concerns.flag, p.concerns.unless) if f}
         found = diagnosis.diagnose(
@@ -55,8 +58,8 @@ def diagnose(
             capabilities=gpu.capabilities,
             beside=functools.partial(environment.read, target, gpu.capabilities),
             model_from=asked.config,
-            config_fields=given.config_fields(asked.config),
-            shape=given.shape(asked.config),
+            config_fields=given.config_fields(config),
+            shape=given.shape(config),
             quantization_from=read_from,
             eagle3=given.eagle3_asked(parsed, eagle3),
             launch=None if parsed is None else given.launched(parsed, flags),

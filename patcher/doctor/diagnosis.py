@@ -192,7 +192,7 @@ def _draft(model: str | None, registered: Sequence[census.Registered]) -> str | 
     """The draft model class (EAGLE, NextN, MTP) the model asked for is, if it is one."""
     if model is None:
         return None
-    drafts = [r.name for r in registered if r.excluded and r.excluded.startswith("a draft")]
+    drafts = [r.name for r in registered if tree_reading.is_draft(r)]
     return drafts[0] if drafts and len(drafts) == len(registered) else None
 
 

@@ -13,7 +13,7 @@ quantization, the GPU present. Read with `launch/`'s readers; judged nowhere her
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +93,19 @@ def eagle3_asked(launch: Launch | None, eagle3: bool) -> bool:
     return isinstance(algorithm, str) and algorithm.upper() == EAGLE3
 
 
+def read_config(config: Path | None) -> dict[str, Any] | None:
+    """The checkpoint's config.json, read once for everything below (None: none, unreadable)."""
+    return _json(config) if config is not None else None
+
+
 def quantization(
-    package_dir: Path, config: Path | None, launch: Launch | None
+    package_dir: Path,
+    config: Path | None,
+    loaded: Mapping[str, Any] | None,
+    launch: Launch | None,
 ) -> tuple[str | None, str]:
-    """The quantization the model runs with, and where it was read ("" when unknown)."""
+    """The quantization the model runs with, and where it was read ("" when unknown); `loaded`
+    is `config` as `read_config` gave it."""
     if launch is not None:
         try:
             given = launch.get("--quantization")
@@ -104,10 +113,7 @@ def quantization(
             given = None
         if given is not None and given.origin is Origin.GIVEN and isinstance(given.value, str):
             return given.value, "from the launch's --quantization"
-    if config is None:
-        return None, ""
-    loaded = _json(config)
-    if loaded is None:
+    if config is None or loaded is None:
         return None, ""
     beside = config.parent / "hf_quant_config.json"
     extra = _json(beside) if beside.is_file() else None
@@ -119,10 +125,9 @@ def quantization(
     return found.method, f"from config.json's {found.where}{scheme}"
 
 
-def config_fields(config: Path | None) -> frozenset[str] | None:
+def config_fields(loaded: Mapping[str, Any] | None) -> frozenset[str] | None:
     """The fields config.json sets (its text_config's too), for the patches whose
     `Concerns.config` names one (DSA: `index_topk`); None when there is none to read."""
-    loaded = _json(config) if config is not None else None
     if loaded is None:
         return None
     text = loaded.get("text_config")
@@ -130,9 +135,8 @@ def config_fields(config: Path | None) -> frozenset[str] | None:
     return frozenset(k for k, v in {**nested, **loaded}.items() if v is not None)
 
 
-def shape(config: Path | None) -> Shape:
+def shape(loaded: Mapping[str, Any] | None) -> Shape:
     """The head sizes config.json gives (none: unreadable)."""
-    loaded = _json(config) if config is not None else None
     return shape_of(loaded) if loaded is not None else Shape()
 
 
