@@ -1,4 +1,4 @@
-"""Send modelopt_fp4 (NVFP4) MoE layers on capability 12 to FlashInfer CUTLASS, not trtllm-gen.
+"""Send NVFP4 MoE layers on capability 12 to FlashInfer CUTLASS, not trtllm-gen.
 
 Why: from 0.5.11 the ModelOpt NVFP4 MoE method resolves `--moe-runner-backend auto` to
 FLASHINFER_TRTLLM on every GPU, and FlashInfer's trtllm-gen MoE kernels exist for SM100 only:
@@ -7,7 +7,8 @@ an NVFP4 MoE checkpoint on an RTX PRO 6000 / RTX 5090 / GB10 fails on its first 
 for `auto` + `modelopt_fp4` on SM120; this patch inserts the same branch, right after the
 mxfp8 branch it follows upstream, with the test `sm120-nvfp4-moe-checkpoint-quant` gives
 upstream's from 0.5.13: without `--quantization`, the checkpoint's (`get_model_config()`) counts,
-and is read on SM120 only.
+and is read on SM120 only; and `modelopt_mixed` (ModelOpt MIXED_PRECISION with NVFP4 layers, whose
+NVFP4 MoE layers the same `ModelOptNvFp4FusedMoEMethod` serves) counts as `modelopt_fp4` does.
 
 Delete when: the oldest release in use is 0.5.13 or newer (there the branch is upstream's own;
 0.5.15 moved it to `arg_groups/overrides.py`, where this patch only recognises it). Releases
@@ -34,6 +35,9 @@ from sglpatch.patch import (
 )
 
 N = TypeVar("N", bound="cst.CSTNode")
+# The quantizations whose MoE layers are ModelOpt NVFP4: the method of both resolves `auto` to
+# trtllm-gen, and flashinfer_cutlass's own check of the flag admits both (0.5.10 - 0.5.23).
+NVFP4_MOE = ("modelopt_fp4", "modelopt_mixed")
 BACKEND = "moe_runner_backend"
 METHOD = "_handle_moe_kernel_config"
 
@@ -51,12 +55,13 @@ BRANCH = """\
 if (
     self.moe_runner_backend == "auto"
     and is_sm120_supported()
-    and (self.quantization or self.get_model_config().quantization) == "modelopt_fp4"
+    and (self.quantization or self.get_model_config().quantization)
+    in ("modelopt_fp4", "modelopt_mixed")
 ):
     self.moe_runner_backend = "flashinfer_cutlass"
     logger.info(
-        "Use flashinfer_cutlass as MoE runner backend on SM120 for "
-        "modelopt_fp4 (trtllm-gen MoE kernels are SM100-only)"
+        "Use flashinfer_cutlass as MoE runner backend on SM120 for NVFP4 MoE "
+        "(trtllm-gen MoE kernels are SM100-only)"
     )
 """
 
@@ -103,12 +108,12 @@ class Sm120Nvfp4MoeBackend(Patch):
     """Insert upstream's `auto` + modelopt_fp4 + SM120 -> flashinfer_cutlass branch."""
 
     id = "sm120-nvfp4-moe-backend"
-    description = "modelopt_fp4 MoE `auto` backend resolves to flashinfer_cutlass on capability 12"
+    description = "NVFP4 MoE `auto` backend resolves to flashinfer_cutlass on capability 12"
     symptom = "NVFP4 MoE models fail in FlashInfer trtllm-gen MoE (SM100-only kernels) on SM120"
     tested = TESTED
     fixed_upstream_in = Version("0.5.13")
     files = RESOLVER
-    concerns = Concerns(quantization=("modelopt_fp4",), uses=MOE_LAYERS)
+    concerns = Concerns(quantization=NVFP4_MOE, uses=MOE_LAYERS)
 
     def _method(self, module: cst.Module) -> cst.FunctionDef:
         method = cst_tools.methods(cst_tools.find_class(module, "ServerArgs")).get(METHOD)

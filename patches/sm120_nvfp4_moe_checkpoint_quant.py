@@ -16,14 +16,23 @@ in `create_moe_runner`: the method prepares the weights for the global backend
 (`enable_flashinfer_cutlass_moe`, `enable_flashinfer_trtllm_moe`), so the choice must be made
 where upstream makes it, before the layers exist.
 
-This patch widens that branch's test: `auto`, SM120, and `modelopt_fp4` from the flag or, when
-no `--quantization` was given, as the checkpoint's resolved quantization
+This patch widens that branch's test: `auto`, SM120, and `modelopt_fp4` or `modelopt_mixed` from
+the flag or, when no `--quantization` was given, as the checkpoint's resolved quantization
 (`self.get_model_config()` to 0.5.14, `view.get_model_config()` 0.5.15-0.5.18,
 `model_config_of(view)` from 0.5.19: the memoised ModelConfig each release's own resolution
 reads). A flag that was given is kept as the only word: `--quantization modelopt` would fail
 flashinfer_cutlass's own check of the flag. The capability test moves in front, so other
 capabilities never read the model config here. On 0.5.11-0.5.12 the branch is not upstream's:
 `sm120-nvfp4-moe-backend` inserts it already tested this way, so this patch starts at 0.5.13.
+
+`modelopt_mixed` is what ModelConfig makes of a ModelOpt MIXED_PRECISION checkpoint with NVFP4
+layers (0.5.10+; nvidia's Qwen3.5 NVFP4 checkpoints: NVFP4 routed experts, FP8 attention). Its
+NVFP4 MoE layers get the same `ModelOptNvFp4FusedMoEMethod`, whose `auto` is trtllm-gen, and
+upstream's branch does not name it, even with the flag (open PR #35617 adds it, as here).
+flashinfer_cutlass's own check of the flag admits it. Not judged: a MIXED_PRECISION checkpoint
+whose MoE layers are FP8 while other layers are NVFP4 gets flashinfer_cutlass too (as with
+PR #35617), through `ModelOptFp8MoEMethod`; whether FlashInfer's CUTLASS FP8 MoE runs on 12 was
+not read.
 
 Sources: the trace in the release trees (issue 19); flashinfer-ai/flashinfer PR #3670 (trtllm-gen
 FP4 MoE has no SM120/SM121 cubins); sgl-project/sglang PR #35617 (open: the same SM120 branch
@@ -52,7 +61,7 @@ from sglpatch.patch import (
     cst,
     cst_tools,
 )
-from sglpatch.patches.sm120_nvfp4_moe_backend import METHOD
+from sglpatch.patches.sm120_nvfp4_moe_backend import METHOD, NVFP4_MOE
 
 # sm120-nvfp4-moe-backend's files from 0.5.13: before, the branch is the one it inserts.
 FILES = ByRelease(
@@ -77,7 +86,8 @@ MODEL_CONFIG = ByRelease(
 TEST = """\
 if (
     {others}
-    and ({owner}.quantization or {model_config}.quantization) == "{fp4}"
+    and ({owner}.quantization or {model_config}.quantization)
+    in ({quantizations})
 ):
     pass
 """
@@ -165,15 +175,15 @@ class Sm120Nvfp4MoeCheckpointQuant(Patch):
     id = "sm120-nvfp4-moe-checkpoint-quant"
     description = (
         "NVFP4 MoE `auto` resolves to flashinfer_cutlass on capability 12 when the quantization "
-        "comes from the checkpoint"
+        "comes from the checkpoint or is modelopt_mixed"
     )
     symptom = (
-        "NVFP4 MoE checkpoints started without --quantization fail in FlashInfer trtllm-gen MoE "
-        "(SM100-only kernels) on SM120"
+        "NVFP4 MoE checkpoints started without --quantization, and ModelOpt mixed-precision ones, "
+        "fail in FlashInfer trtllm-gen MoE (SM100-only kernels) on SM120"
     )
     tested = TESTED
     files = FILES
-    concerns = Concerns(quantization=(FP4,), uses=MOE_LAYERS)
+    concerns = Concerns(quantization=NVFP4_MOE, uses=MOE_LAYERS)
     reads = ByRelease({">=0.5.13,<0.5.15": (f"ServerArgs.{METHOD}",), ">=0.5.15": (PASS,)})
 
     def _scope(self, module: cst.Module, release: Version) -> cst.CSTNode:
@@ -206,7 +216,7 @@ class Sm120Nvfp4MoeCheckpointQuant(Patch):
         text = TEST.format(
             others="\n    and ".join(others),
             owner=owner,
-            fp4=FP4,
+            quantizations=", ".join(f'"{q}"' for q in NVFP4_MOE),
             model_config=template.format(owner=owner),
         )
         parsed = cst.parse_module(text, config=module.config_for_parsing).body[0]
@@ -224,5 +234,8 @@ class Sm120Nvfp4MoeCheckpointQuant(Patch):
         read = next((i for i, op in enumerate(operands) if _reads_model_config(op)), None)
         if read is None or sm120 is None:
             raise PostconditionFailed("the SM120 NVFP4 MoE branch ignores the checkpoint")
+        named = {s.value.strip("\"'") for s in cst_tools.walk(operands[read], cst.SimpleString)}
+        if not named.issuperset(NVFP4_MOE):
+            raise PostconditionFailed(f"the SM120 NVFP4 MoE branch does not test {NVFP4_MOE}")
         if sm120 > read:
             raise PostconditionFailed("the model config is read before the SM120 test")

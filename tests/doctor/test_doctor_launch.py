@@ -33,7 +33,7 @@ GEMMA = "Gemma2ForCausalLM"
 SYMM_MEM = "sm120-symm-mem-sizes"
 CATALOG = {p.id: p for p in catalogue.load()}
 # The patches for NVFP4 (ModelOpt FP4) checkpoints: none is on an MXFP4 checkpoint's path.
-NVFP4 = {i for i, p in CATALOG.items() if p.concerns.quantization == ("modelopt_fp4",)}
+NVFP4 = {i for i, p in CATALOG.items() if "modelopt_fp4" in p.concerns.quantization}
 LAUNCH = ("python", "-m", "sglang.launch_server")
 
 

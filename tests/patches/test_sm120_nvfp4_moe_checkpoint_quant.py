@@ -49,10 +49,11 @@ PASS = "_moe_runner_backend_quant_constraints"
 METHOD = "_handle_moe_kernel_config"
 
 FP4 = "modelopt_fp4"
+MIXED = "modelopt_mixed"  # ModelOpt MIXED_PRECISION with NVFP4 layers (0.5.10+)
 # What `--quantization` says, what ModelConfig resolved from the checkpoint, and the backend asked
 # for. mxfp8 and nvfp4_online are left out: their branches import from SGLang or need SM100.
-FLAGS = [None, FP4, "modelopt", "modelopt_fp8", "fp8"]
-CHECKPOINTS = [FP4, "modelopt_fp8", "fp8", None]
+FLAGS = [None, FP4, MIXED, "modelopt", "modelopt_fp8", "fp8"]
+CHECKPOINTS = [FP4, MIXED, "modelopt_fp8", "fp8", None]
 BACKENDS = ["auto", "triton", "flashinfer_cutlass", "flashinfer_trtllm", "cutlass"]
 GRID = list(itertools.product(FLAGS, CHECKPOINTS, BACKENDS))
 
@@ -230,15 +231,40 @@ def test_unpatched_capability_12_gives_an_nvfp4_checkpoint_trtllm_gen(
     assert support.runs_on("moe", "flashinfer_trtllm", capability, release=release) is False
     if Version(release) >= Version(FIRST):  # the flag alone reaches upstream's branch
         assert resolve(pristine, release, capability, FP4, FP4, "auto")[0] == "flashinfer_cutlass"
+    # A mixed-precision checkpoint stays on `auto` even with its flag: upstream never names it.
+    for flag in (None, MIXED):
+        assert resolve(pristine, release, capability, flag, MIXED, "auto")[:2] == ("auto", None)
 
 
-@pytest.mark.parametrize("flag", [None, FP4])
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_mixed_checkpoints_moe_layers_are_the_nvfp4_method(release: str) -> None:
+    """`ModelOptMixedPrecisionConfig.get_quant_method` gives NVFP4 MoE layers the NVFP4 method
+    whose `auto` the test above follows (the release's own dispatch, read from its source)."""
+    tree = syntax.tree(wheels.member(release, MODELOPT))
+    (config,) = [
+        n
+        for n in tree.body
+        if isinstance(n, ast.ClassDef) and n.name == "ModelOptMixedPrecisionConfig"
+    ]
+    returned = {
+        ast.unparse(branch.test): ast.unparse(statement.value.func)
+        for branch in ast.walk(config)
+        if isinstance(branch, ast.If)
+        for statement in branch.body
+        if isinstance(statement, ast.Return) and isinstance(statement.value, ast.Call)
+    }
+    assert returned["quant_algo == 'NVFP4'"] == "ModelOptNvFp4FusedMoEMethod", returned
+
+
+@pytest.mark.parametrize(
+    ("flag", "checkpoint"), [(None, FP4), (FP4, FP4), (None, MIXED), (MIXED, MIXED)]
+)
 @pytest.mark.parametrize("capability", stand_ins.SM120)
 @pytest.mark.parametrize("release", RELEASES)
 def test_capability_12_gets_flashinfer_cutlass_for_an_nvfp4_checkpoint(
-    release: str, capability: tuple[int, int], flag: str | None
+    release: str, capability: tuple[int, int], flag: str | None, checkpoint: str
 ) -> None:
-    chosen, error, _ = resolve(resolver(release), release, capability, flag, FP4, "auto")
+    chosen, error, _ = resolve(resolver(release), release, capability, flag, checkpoint, "auto")
     assert (chosen, error) == ("flashinfer_cutlass", None)
     assert support.runs_on("moe", chosen, capability, release=release) is True
     # The layer keeps a backend that is not `auto`: the weights are prepared for CUTLASS too.
@@ -252,7 +278,7 @@ def test_capability_12_keeps_everything_else(release: str, capability: tuple[int
     `modelopt`, which flashinfer_cutlass's check of the flag refuses): as before."""
     ours, theirs = resolver(release), wheels.member(release, _path(release))
     for flag, checkpoint, backend in GRID:
-        if backend == "auto" and (flag or checkpoint) == FP4:
+        if backend == "auto" and (flag or checkpoint) in (FP4, MIXED):
             continue  # the case the patch changes (or upstream's own, for the flag)
         case = (flag, checkpoint, backend)
         got = resolve(ours, release, capability, *case)[:2]
@@ -304,18 +330,21 @@ def _start_up(
 
 @pytest.mark.parametrize("release", ["0.5.11", "0.5.13", "0.5.15", "0.5.19", "0.5.23"])
 def test_a_start_up_without_the_flag_resolves_cutlass_on_12_only(release: str) -> None:
+    for arch, checkpoint in itertools.product(MOE_MODELS, (FP4, MIXED)):
+        for capability in stand_ins.SM120:
+            case = (arch, checkpoint, capability)
+            assert _start_up(release, capability, False, arch, checkpoint) == "auto", case
+            assert _start_up(release, capability, True, arch, checkpoint) == "flashinfer_cutlass"
     for arch in MOE_MODELS:
         for capability in stand_ins.SM120:
-            assert _start_up(release, capability, False, arch, FP4) == "auto", (arch, capability)
-            assert _start_up(release, capability, True, arch, FP4) == "flashinfer_cutlass"
             for other in ("fp8", "bf16"):
                 assert _start_up(release, capability, True, arch, other) == _start_up(
                     release, capability, False, arch, other
                 )
     for capability in [(9, 0), (8, 9)]:  # 10.0: the census stand-ins stop at SM100-only code
-        for arch in MOE_MODELS:
-            assert _start_up(release, capability, True, arch, FP4) == _start_up(
-                release, capability, False, arch, FP4
+        for arch, checkpoint in itertools.product(MOE_MODELS, (FP4, MIXED)):
+            assert _start_up(release, capability, True, arch, checkpoint) == _start_up(
+                release, capability, False, arch, checkpoint
             )
 
 
