@@ -199,3 +199,70 @@ def test_a_function_a_patch_keeps_12_out_of_is_covered_then_settled() -> None:
     assert unreached.settled(found, [pending], read) == set()
     other = PatchCheck(patch, "sglang/srt/other.py", Applied(patch.id, shown), b"")
     assert unreached.covered(found, [other], read) == {}
+
+
+# 0.5.23's default arm: a local chosen by the GPU, handed on to the DSA flags; the KV dtype it
+# tests is the one the module gives major >= 10 for `auto` (issue #34's missing default gate).
+LOCAL = """\
+def defaults(view, declared, user_set):
+    major, _ = get_device_capability()
+    kv_cache_dtype = view.kv_cache_dtype
+    if kv_cache_dtype == "auto":
+        kv_cache_dtype = (
+            "fp8_e4m3" if major >= 10 and not view.sinks else "bfloat16"
+        )
+    if kv_cache_dtype == "fp8_e4m3":
+        default = "trtllm" if major >= 10 else "flashmla_kv"
+        if not user_set:
+            declared["dsa_prefill_backend"] = default
+    else:
+        declared["dsa_decode_backend"] = "trtllm" if major >= 10 else "fa3"
+"""
+
+
+def _by_line(code: str) -> dict[int, list[judged.Judgement]]:
+    found = scanner.scan_bytes((IMPORTS + code).encode(), "sglang/srt/m.py", HELPERS)
+    return {f.line - 1: list(judged.judge_all(f, "0.5.23")) for f in found}
+
+
+def test_a_local_chosen_by_the_gpu_is_judged_as_the_flags_it_is_handed_to() -> None:
+    found = _by_line(LOCAL)
+    default = found[9]  # `default = "trtllm" if major >= 10 ...`
+    assert {j.outcome for j in default} == {judged.FAILS}
+    assert all("trtllm (dsa, by dsa_prefill_backend)" in j.what for j in default)
+    assert all(j.opt_in == "" for j in default)  # 12 gets fp8_e4m3 for `auto`: by default
+    # The other arm needs the dtype 12 is not given: the user's --kv-cache-dtype.
+    assert all(j.opt_in == "kv_cache_dtype != 'fp8_e4m3'" for j in found[13])
+    # Handed to nothing: a local is no choice.
+    unused = LOCAL.replace('declared["dsa_prefill_backend"] = default', "pass")
+    assert {j.outcome for j in _by_line(unused).get(9, [])} <= {judged.HARMLESS}
+    # A module that gives 12 bfloat16 for `auto`: the fp8 arm is the user's choice again.
+    bf16 = LOCAL.replace('"fp8_e4m3" if major >= 10', '"fp8_e4m3" if major == 9')
+    assert all(j.opt_in == "kv_cache_dtype == 'fp8_e4m3'" for j in _by_line(bf16)[9])
+
+
+# 0.5.7 - 0.5.9: the fp8_e4m3 arm tests no GPU; the dtype's own default is the gate.
+ARM = """\
+class ServerArgs:
+    def handle(self):
+        major, _ = get_device_capability()
+        if self.kv_cache_dtype == "auto":
+            self.kv_cache_dtype = "fp8_e4m3" if major >= 10 else "bfloat16"
+
+    def backends(self, kv_cache_dtype, major):
+        {twelve}if kv_cache_dtype == "fp8_e4m3":
+            self.nsa_prefill_backend = "flashmla_auto"
+            self.nsa_decode_backend = "flashmla_kv"
+"""
+OWN = 'if major == 12:\n            self.nsa_prefill_backend = "tilelang"\n        el'
+
+
+def test_the_kv_dtype_a_gpu_is_given_is_followed_into_the_arm_that_tests_it() -> None:
+    (dtype,) = (j for line, j in _by_line(ARM.format(twelve="")).items() if line == 5)
+    assert {j.outcome for j in dtype} == {judged.FAILS}
+    assert "flashmla_auto (dsa, by nsa_prefill_backend)" in dtype[0].what
+    assert dtype[0].opt_in == ""  # under `== "auto"`: the default
+    # An arm 12 takes first (sm120-dsa-backends' shape): the fp8 arm is not 12's.
+    patched = _by_line(ARM.format(twelve=OWN))
+    assert 8 in patched  # the code parsed: the `major == 12` arm is a decision of its own
+    assert {j.outcome for j in patched.get(5, [])} <= {judged.HARMLESS}

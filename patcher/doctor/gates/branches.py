@@ -214,11 +214,11 @@ def _chosen(node: ast.AST) -> Iterator[Choice]:
         for target in node.targets:
             if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
                 for name, value in zip(target.elts, node.value.elts, strict=False):
-                    yield from _values(_target_name(name), value)
+                    yield from _values(target_name(name), value)
             else:
-                yield from _values(_target_name(target), node.value)
+                yield from _values(target_name(target), node.value)
     elif isinstance(node, ast.AnnAssign) and node.value is not None:
-        yield from _values(_target_name(node.target), node.value)
+        yield from _values(target_name(node.target), node.value)
     elif isinstance(node, ast.keyword) and node.arg:
         yield from _values(node.arg, node.value)
     elif isinstance(node, ast.Name) and node.id in sglang.ENTRIES:
@@ -241,7 +241,8 @@ def flag(name: str) -> Choice:
     return entry.kind, entry.name, name
 
 
-def _target_name(target: ast.AST) -> str | None:
+def target_name(target: ast.AST) -> str | None:
+    """The name an assignment target gives: `x`, `self.x`, `declared["x"]`."""
     if isinstance(target, ast.Name):
         return target.id
     if isinstance(target, ast.Attribute):
@@ -252,20 +253,6 @@ def _target_name(target: ast.AST) -> str | None:
         and isinstance(target.slice.value, str)
     ):
         return target.slice.value
-    return None
-
-
-def field_of(ancestors: Sequence[ast.AST]) -> str | None:
-    """The backend flag an expression is assigned to (the nearest assignment or keyword)."""
-    for node in reversed(ancestors):
-        if isinstance(node, ast.keyword):
-            return node.arg
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            return _target_name(node.targets[0])
-        if isinstance(node, ast.AnnAssign):
-            return _target_name(node.target)
-        if isinstance(node, ast.stmt):
-            return None
     return None
 
 
@@ -281,22 +268,25 @@ def _values(name: str | None, value: ast.expr) -> Iterator[Choice]:
         yield from _values(name, value.orelse)
 
 
-def opt_in(conditions: Sequence[tuple[ast.expr, bool]]) -> str:
-    """The user's flag among the conditions a path needs (test, the truth it needs), or ""."""
+def opt_in(
+    conditions: Sequence[tuple[ast.expr, bool]], kv_defaults: frozenset[str] = frozenset()
+) -> str:
+    """The user's flag among the conditions a path needs (test, the truth it needs), or "".
+    `kv_defaults`: the KV cache dtypes the module itself gives this GPU for `auto`."""
     for test, needed in conditions:
-        found = _user_flag(test, needed)
+        found = _user_flag(test, needed, kv_defaults)
         if found:
             return found
     return ""
 
 
-def _user_flag(test: ast.expr, needed: bool) -> str:
+def _user_flag(test: ast.expr, needed: bool, kv_defaults: frozenset[str] = frozenset()) -> str:
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _user_flag(test.operand, not needed)
+        return _user_flag(test.operand, not needed, kv_defaults)
     if isinstance(test, ast.BoolOp):
         if isinstance(test.op, ast.And) == needed:  # every part holds
             for value in test.values:
-                found = _user_flag(value, needed)
+                found = _user_flag(value, needed, kv_defaults)
                 if found:
                     return found
         return ""
@@ -310,9 +300,16 @@ def _user_flag(test: ast.expr, needed: bool) -> str:
         and isinstance(test.comparators[0], ast.Constant)
         and _kv_dtype_named(test.left)
     ):
-        # `kv_cache_dtype == "fp8_e4m3"`: the user's --kv-cache-dtype either way, whatever a
-        # capability's default for it is
+        # `kv_cache_dtype == "fp8_e4m3"`: the user's --kv-cache-dtype, unless the module gives
+        # this GPU that dtype for `auto` itself (0.5.9+ DSA: fp8_e4m3 on major >= 10), or the
+        # test is for `auto` itself. A default other than the one compared (a learnable-sink
+        # model's bfloat16) is not followed: such models may never reach the test.
+        dtype = test.comparators[0].value
         other = ast.Compare(test.left, [ast.NotEq()], test.comparators)
+        if dtype == "auto":
+            return "" if needed else _text(other)
+        if needed and dtype in kv_defaults:
+            return ""
         return text if needed else _text(other)
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and _backend_named(test.left):
         right = test.comparators[0]

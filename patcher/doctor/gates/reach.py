@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from sglpatch.doctor.findings import Chosen, Finding, Kind
 from sglpatch.doctor.gates import branches as branches_of
-from sglpatch.doctor.gates import devices
+from sglpatch.doctor.gates import devices, flow
 from sglpatch.doctor.gates.decisions import (
     Decision,
     Function,
@@ -74,6 +74,7 @@ class Gates:
         self.dead: dict[int, bool] = {}
         self.wanted: Sequence[int] = ()
         self.refused_after: dict[int, int] = {}  # function -> line of a top-level refusal
+        self.kv = flow.KvDtype(tree, (), self.evaluator)
 
     def evaluator(self, function: Function | None) -> Evaluator:
         key = id(function)
@@ -95,6 +96,7 @@ class Gates:
 
     def run(self, lines: Sequence[int]) -> Iterator[Finding]:
         self.wanted = lines
+        self.kv.wanted = lines
         tests: list[ast.expr] = []  # of every decision met: the names they read, when asked
         pending: list[tuple[Finding, set[str], Function | None]] = []
         for node, ancestors in walk_with_ancestors(self.tree, lines):
@@ -179,7 +181,7 @@ class Gates:
                 expression = expression.orelse
             branches.append(f"`{self._snippet(expression)}`")
             bodies.append([expression])
-            found = Decision(tests, branches, bodies, top_level, branches_of.field_of(ancestors))
+            found = Decision(tests, branches, bodies, top_level, flow.field_of(ancestors))
             return found if spans(tests, lines) else None
         if isinstance(node, ast.Assert):
             failure = "AssertionError" + (f": {self._snippet(node.msg)}" if node.msg else "")
@@ -316,6 +318,8 @@ class Gates:
             found = branches_of.choices(
                 evaluator, decision.bodies[index], device, decision.field, returns
             )
+            if decision.field == flow.KV:
+                found += self.kv.arm_choices(decision.bodies[index], device)
             if flag is not None and turns_on(decision, index, evaluator, device, node, function):
                 found.append(branches_of.flag(flag))
             if not found:
@@ -325,7 +329,7 @@ class Gates:
                 *((test, False) for test in decision.tests[:index]),
                 *((decision.tests[index], True) for _ in range(index < len(decision.tests))),
             ]
-            opt = branches_of.opt_in(conditions)
+            opt = branches_of.opt_in(conditions, self.kv.defaults(device))
             for kind, name, via in found:
                 yield kind, name, via, opt
 

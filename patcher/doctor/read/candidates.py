@@ -173,7 +173,29 @@ def with_aliases(
         done |= names
         new = [n for n in _code_lines(_uses(data, names), starts, source_lines) if n not in found]
         found |= set(new)
-    return sorted(found)
+    return sorted(found | _sinks(source_lines, data, starts, lines) | _kv_arms(source_lines, lines))
+
+
+# `default = "trtllm" if major >= 10 else "flashmla_kv"`: a local chosen by a test on one line.
+_CHOSEN_BY_TEST = re.compile(r"^\s*([A-Za-z_]\w+)\s*=(?!=)(.*\bif\b.*\belse\b.*)$")
+_SINK_REACH = 40  # lines after the choice where its function hands it on (0.5.23: 2 and 4)
+
+
+def _sinks(source_lines: Sequence[str], data: bytes, starts: Starts, lines: list[int]) -> set[int]:
+    """The lines that hand such a local on, whole, to something else (`declared[
+    "dsa_prefill_backend"] = default`): the flag it chooses is named there."""
+    found: set[int] = set()
+    for line in lines:
+        text = source_lines[line - 1] if line <= len(source_lines) else ""
+        match = _CHOSEN_BY_TEST.match(text)
+        if match is None:
+            continue
+        name = match.group(1)
+        sink = re.compile(rf"^\s*[^=#]+=\s*{name}\s*(#.*)?$")
+        for number in _code_lines(_uses(data, {name}), starts, source_lines):
+            if line < number <= line + _SINK_REACH and sink.match(source_lines[number - 1]):
+                found.add(number)
+    return found
 
 
 def _made_from_device(value: str) -> bool:
@@ -208,3 +230,41 @@ def naming_new(data: bytes, starts: Starts, helpers: Sequence[str]) -> list[int]
 # `12` or a three-digit `12x` as a number of its own (not `0.12`, `1200`, `sm_120a`). The literal
 # comes first: the regex engine skips ahead to each `12`, where a loop over them in Python crawled.
 _TWELVE = re.compile(rb"12(?<![\w.]12)\d?(?![\w.])")
+
+
+# `self.kv_cache_dtype = "fp8_e4m3" if major >= 10 else "bfloat16"` (0.5.7 - 0.5.23, DSA): the
+# dtype then chooses backends in arms that test no GPU (`if kv_cache_dtype == "fp8_e4m3":`).
+_KV_ARM = re.compile(r"^(\s*)(?:el)?if\s.*kv_cache_dtype\s*==\s*[\"']")
+_ARM_LINES = 30  # an arm's body kept at most (0.5.7 - 0.5.23: 4 - 12 lines)
+
+
+def _kv_arms(source_lines: Sequence[str], lines: list[int]) -> set[int]:
+    """Where a candidate line chooses the KV cache dtype by a conditional expression, the arms
+    that test the dtype for a value, with their bodies: `reach` follows the dtype into them."""
+    chooses = any(
+        _CHOICE.search(source_lines[n - 1])
+        and "kv_cache_dtype" in " ".join(source_lines[max(n - 2, 0) : n])
+        for n in lines
+        if n <= len(source_lines)
+    )
+    if not chooses:
+        return set()
+    found: set[int] = set()
+    for number, text in enumerate(source_lines, 1):
+        if "kv_cache_dtype" not in text:
+            continue
+        match = _KV_ARM.match(text)
+        if match is None:
+            continue
+        found.add(number)
+        indent = len(match.group(1))
+        for body in range(number + 1, min(number + 1 + _ARM_LINES, len(source_lines) + 1)):
+            stripped = source_lines[body - 1].lstrip()
+            code = bool(stripped) and not stripped.startswith("#")
+            if code and len(source_lines[body - 1]) - len(stripped) <= indent:
+                break
+            found.add(body)
+    return found
+
+
+_CHOICE = re.compile(r"\bif\b.*\belse\b")
