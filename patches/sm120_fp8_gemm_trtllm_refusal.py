@@ -2,35 +2,44 @@
 
 Why: from 0.5.6.post2 to 0.5.9, `_dispatch_explicit_backend` in `fp8_utils.py` admits the asked
 `flashinfer_trtllm` backend when `is_blackwell_supported() and is_flashinfer_available()`, and
-`is_blackwell_supported()` is true for majors 10 and 12 (`utils/common.py`). So on an RTX PRO
-6000, RTX 5090 or GB10 it returns `flashinfer_gemm_w8a8_block_fp8_linear_with_fallback`, whose
-block-FP8 linear calls FlashInfer's `gemm_fp8_nt_groupwise(..., backend="trtllm")`: trtllm-gen,
-SM100/SM103 only. The first forward pass then fails inside FlashInfer ("gemm_fp8_nt_groupwise is
-only supported on SM100, SM103 in trtllm backend", flashinfer-ai/flashinfer issue #2216, from an
-RTX 5090 on SGLang). The same arm is reached with the flag left at `auto` and the deprecated
-`SGLANG_ENABLE_FLASHINFER_FP8_GEMM=1`, which `initialize_fp8_gemm_config` turns into
-`flashinfer_trtllm` (an environment variable: `concerns` names the flag alone).
+`is_blackwell_supported()` is true for majors 10 and 12 (`utils/common.py`). So on an RTX PRO 6000,
+RTX 5090 or GB10 it returns `flashinfer_gemm_w8a8_block_fp8_linear_with_fallback`, whose block-FP8
+linear calls FlashInfer's `gemm_fp8_nt_groupwise(..., backend="trtllm")`: trtllm-gen, SM100/SM103
+only. The first forward pass then fails inside FlashInfer (a ValueError "gemm_fp8_nt_groupwise is
+only supported on SM100, SM103 in trtllm backend" in flashinfer-ai/flashinfer issue #2216, from RTX
+5090s on SGLang; later FlashInfers word it "BackendSupportedError: ... does not support backend
+'trtllm' with capability 120", kvcache-ai/ktransformers issue #1889). The same arm is reached with
+the flag left at `auto` and the deprecated `SGLANG_ENABLE_FLASHINFER_FP8_GEMM=1`, which
+`initialize_fp8_gemm_config` turns into `flashinfer_trtllm` (an environment variable: `concerns`
+names the flag alone).
 
 What upstream did: 0.5.10 tests `is_sm100_supported()` in that arm ("FlashInfer TRTLLM FP8 GEMM
-requires SM100/SM103 GPUs and FlashInfer."), in the change that added `flashinfer_cutlass` and
-Triton as capability 12's automatic choice (sgl-project/sglang PR #19721, "Various SM120
-improvements"); 0.5.19+ spell it `get_platform().is_sm100`. This patch makes the same change in
-the `flashinfer_trtllm` arm alone (the CUTLASS and other arms keep their own tests), takes
-0.5.10's message, and adds `is_sm100_supported` to the `sglang.srt.utils` import where the module
-lacks it (0.5.6.post2 - 0.5.8.post1; 0.5.9 imports it).
+requires SM100/SM103 GPUs and FlashInfer."), the release that also first has the
+`flashinfer_cutlass` arm (FlashInfer's groupwise GEMM with `backend="cutlass"`, which has SM120
+kernels) and Triton as capability 12's automatic choice: sgl-project/sglang PR #19721 ("Various
+SM120 improvements") describes exactly those two changes (its diff was not read here); 0.5.18 still
+calls `is_sm100_supported()` there, 0.5.19+ ask `get_platform().is_sm100`. This patch makes the
+same change in the `flashinfer_trtllm` arm alone (the CUTLASS and other arms keep their own tests),
+takes 0.5.10's message, and adds `is_sm100_supported` to the `sglang.srt.utils` import where the
+module lacks it (0.5.6.post2 - 0.5.8.post1; 0.5.9 imports it).
 
-What the user gets: a RuntimeError naming the flag and SM100/SM103 when the first block-FP8
-linear layer is built, instead of a failure inside the kernel at the first forward pass. It does
-not make `flashinfer_trtllm` run on 12: the working choices there are `auto` and `triton` (the
-automatic choice is `sm120-fp8-block-gemm-triton`'s, in another function of the same file) and
-`cutlass`. 8.9, 9.0 and 10.0 are refused or served as before. Releases before 0.5.6.post2 have no
-`--fp8-gemm-backend` (their FlashInfer FP8 GEMM is the environment variable alone, gated at import
-time): not for them.
+What the user gets: a RuntimeError naming the flag and SM100/SM103 when the first block-FP8 linear
+layer is built (`Fp8LinearMethod.__init__` asks the dispatcher, before any weight is loaded),
+instead of a failure inside the kernel at the first forward pass. It does not make
+`flashinfer_trtllm` run on 12: the working choices there are `auto` and `triton` (the automatic
+choice is `sm120-fp8-block-gemm-triton`'s, in another function of the same file). 10.0 is served
+as before; 8.9 and 9.0 are refused as before, in 0.5.10's words. Releases before 0.5.6.post2 have
+no `--fp8-gemm-backend` and are not for this patch: there FlashInfer's FP8 GEMM is an environment
+variable read at import time (`SGLANG_ENABLE_FLASHINFER_GEMM`, from 0.5.5.post3
+`SGLANG_ENABLE_FLASHINFER_FP8_GEMM`), gated by `is_sm100_supported()` up to 0.5.4.post1 but by
+`is_blackwell_supported()` from 0.5.4.post2, so that variable set on 12 reaches the same kernel
+there; a module-level gate, another anchor, not mended here.
 
-Sources: SGLang 0.5.6.post2 - 0.5.10 `layers/quantization/fp8_utils.py` and `utils/common.py`
-(read in the wheels); flashinfer-ai/flashinfer `flashinfer/gemm.py` `gemm_fp8_nt_groupwise`
-(`backend == "trtllm"` requires SM 100 or 103; PR #1535 added the check) and the kernel-support
-table's `fp8:flashinfer_trtllm` row (`jit/gemm/core.py` trtllm-gen GEMM: major 10 only).
+Sources: SGLang 0.5.6.post2 - 0.5.10 `layers/quantization/fp8_utils.py` and `utils/common.py` (read
+in the wheels); flashinfer-ai/flashinfer `flashinfer/gemm.py` `gemm_fp8_nt_groupwise` (`backend ==
+"trtllm"` requires SM 100 or 103; PR #1535, "Add sm check for sm100 only cutlass/trtllm kernel")
+and the kernel-support table's `fp8:flashinfer_trtllm` row (trtllm-gen GEMM: major 10 only). SGLang
+pins flashinfer-python 0.5.3 (0.5.6.post2, 0.5.7), 0.6.1 (0.5.8.x) and 0.6.3 (0.5.9).
 
 Delete when: the oldest release in use is 0.5.10 or newer.
 """
