@@ -62,6 +62,43 @@ if _is_cuda and CUDA_CAPABILITY[0] == 12:
 """
 
 
+def insert_branch(module: cst.Module, chooser: cst.FunctionDef) -> cst.Module:
+    """`BRANCH` ahead of `chooser`'s Hopper branch (shared with sm120-double-sparsity-blocks)."""
+    if cst_tools.ifs_testing(module, chooser, CAPABILITY_12):
+        raise AlreadyPresent(f"{chooser.name.value} has a branch for capability 12")
+    hopper = [
+        i
+        for i in cst_tools.ifs_testing(module, chooser, HOPPER)
+        if module.code_for_node(i.test) == HOPPER
+    ]
+    if len(hopper) != 1:
+        raise AnchorMissing(
+            f"expected one `if {HOPPER}` in {chooser.name.value}, found {len(hopper)}"
+        )
+    branch = cst_tools.statement(BRANCH, module)
+    if not isinstance(branch, cst.If):
+        raise AnchorMissing("the capability-12 branch did not parse as an if statement")
+    # The Hopper branch keeps its body and its own else/elif chain, now as the `elif`.
+    new = branch.with_changes(
+        orelse=hopper[0].with_changes(leading_lines=()), leading_lines=hopper[0].leading_lines
+    )
+    return cst_tools.replace(module, hopper[0], new)
+
+
+def require_branch(module: cst.Module, chooser: cst.FunctionDef) -> None:
+    """`chooser` gives capability 12 `BRANCH`'s sizes before the Hopper test sees it."""
+    for branch in cst_tools.ifs_testing(module, chooser, CAPABILITY_12):
+        # Capability 12 must be caught before the `>= 9` test sends it to Hopper's sizes.
+        if branch.orelse is None:
+            continue
+        chain = cst_tools.ifs_testing(module, branch.orelse, HOPPER)
+        if chain and "BLOCK_M, BLOCK_N = (32, 32)" in module.code_for_node(branch.body):
+            return
+    raise PostconditionFailed(
+        f"{chooser.name.value} does not choose capability 12's block sizes before Hopper's"
+    )
+
+
 class Sm120ExtendAttentionBlocks(Patch):
     """Insert 0.5.9's capability-12 branch ahead of the Hopper branch of the block-size choice."""
 
@@ -88,36 +125,7 @@ class Sm120ExtendAttentionBlocks(Patch):
         return cst_tools.find_function(module, name)
 
     def transform(self, module: cst.Module, release: Version) -> cst.Module:
-        chooser = self._chooser(module, release)
-        if cst_tools.ifs_testing(module, chooser, CAPABILITY_12):
-            raise AlreadyPresent(f"{chooser.name.value} has a branch for capability 12")
-        hopper = [
-            i
-            for i in cst_tools.ifs_testing(module, chooser, HOPPER)
-            if module.code_for_node(i.test) == HOPPER
-        ]
-        if len(hopper) != 1:
-            raise AnchorMissing(
-                f"expected one `if {HOPPER}` in {chooser.name.value}, found {len(hopper)}"
-            )
-        branch = cst_tools.statement(BRANCH, module)
-        if not isinstance(branch, cst.If):
-            raise AnchorMissing("the capability-12 branch did not parse as an if statement")
-        # The Hopper branch keeps its body and its own else/elif chain, now as the `elif`.
-        new = branch.with_changes(
-            orelse=hopper[0].with_changes(leading_lines=()), leading_lines=hopper[0].leading_lines
-        )
-        return cst_tools.replace(module, hopper[0], new)
+        return insert_branch(module, self._chooser(module, release))
 
     def postcondition(self, module: cst.Module, release: Version) -> None:
-        chooser = self._chooser(module, release)
-        for branch in cst_tools.ifs_testing(module, chooser, CAPABILITY_12):
-            # Capability 12 must be caught before the `>= 9` test sends it to Hopper's sizes.
-            if branch.orelse is None:
-                continue
-            chain = cst_tools.ifs_testing(module, branch.orelse, HOPPER)
-            if chain and "BLOCK_M, BLOCK_N = (32, 32)" in module.code_for_node(branch.body):
-                return
-        raise PostconditionFailed(
-            f"{chooser.name.value} does not choose capability 12's block sizes before Hopper's"
-        )
+        require_branch(module, self._chooser(module, release))
