@@ -192,10 +192,24 @@ def _stand_in_imports(capability: tuple[int, int]) -> Iterator[None]:
     """torch and SGLang as seen on a CUDA device of `capability`; Triton is the real one."""
     torch = _Anything("torch")
     torch.cuda = types.SimpleNamespace(get_device_capability=lambda: capability)  # type: ignore[attr-defined]
+    # Double sparsity's module decorates its launchers with `@torch.no_grad()`.
+    torch.no_grad = lambda: lambda function: function  # type: ignore[attr-defined]
     utils = _Anything("sglang.srt.utils")
     utils.is_cuda = lambda: True  # type: ignore[attr-defined]
     utils.is_hip = lambda: False  # type: ignore[attr-defined]
-    fakes: dict[str, types.ModuleType] = {"torch": torch, "sglang.srt.utils": utils}
+    # ... and reads one server argument at import, from 0.5.3.post2 through the global accessor.
+    server_args = types.ModuleType("sglang.srt.server_args")
+    server_args.get_global_server_args = lambda: types.SimpleNamespace(  # type: ignore[attr-defined]
+        triton_attention_reduce_in_fp32=False
+    )
+    schedule_batch = types.ModuleType("sglang.srt.managers.schedule_batch")
+    schedule_batch.global_server_args_dict = {}  # type: ignore[attr-defined]
+    fakes: dict[str, types.ModuleType] = {
+        "torch": torch,
+        "sglang.srt.utils": utils,
+        server_args.__name__: server_args,
+        schedule_batch.__name__: schedule_batch,
+    }
     for package in ("srt.layers.attention.triton_ops", "kernels.ops.attention"):
         name = f"sglang.{package}.prefill_attention"
         fakes[name] = _Anything(name)
