@@ -53,8 +53,8 @@ class Sm120DoubleSparsityBlocks(Patch):
     id = "sm120-double-sparsity-blocks"
     description = "Triton double-sparsity extend block sizes that fit capability 12's shared memory"
     symptom = (
-        "with --enable-double-sparsity the first prefill dies with OutOfResources: shared "
-        "memory, Required: 114688, Hardware limit: 101376 (head size 256)"
+        "double-sparsity attention's first prefill dies with OutOfResources: shared memory, "
+        "Required: 114688, Hardware limit: 101376 (head size 256)"
     )
     tested = TESTED
     files = FILE

@@ -89,14 +89,19 @@ def test_0_5_9_kimi_has_blockers_all_fixed_by_apply(trees: dict[str, Path], tmp_
     assert "get_embed_and_head" in kimi["what"] and kimi["fixed_by"] == KIMI_PATCH
     # Every catalogue patch with work on 0.5.9 is listed once, with its declared symptom: a
     # blocker, opt-in (symm-mem; Kimi K2's block-FP8 checkpoint with `--fp8-gemm-backend
-    # flashinfer_trtllm`), table-only (two-shot), or about other models.
+    # flashinfer_trtllm`; double sparsity, whose head sizes a model named without its config
+    # does not settle), table-only (two-shot), or about other models.
     catalog = {p.id: p for p in catalogue.load()}
     sources = {b["source"] for b in blockers} - {KIMI}
     listed = sorted(accounted(report) - {KIMI})
     assert set(listed) == pending_patches(trees[SEED], tmp_path / "ledger")
     assert len(listed) == len(accounted(report, unique=False)) - 1  # each patch once
     opt_in = [b["source"] for b in report["opt_in"]]
-    assert opt_in == ["sm120-fp8-gemm-trtllm-refusal", "sm120-symm-mem-sizes"]
+    assert opt_in == [
+        "sm120-double-sparsity-blocks",
+        "sm120-fp8-gemm-trtllm-refusal",
+        "sm120-symm-mem-sizes",
+    ]
     assert "sm120-symm-mem-two-shot" in {b["source"] for b in report["tables"]}
     assert all(b["what"] == catalog[b["source"]].symptom for b in blockers if b["source"] != KIMI)
     assert sources and all(catalog[s].concerns.flag is None for s in sources)

@@ -61,6 +61,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         ("openai/gpt-oss-120b", "gpt-oss-120b"),
         ("google/gemma-2-9b", "gemma-2-9b"),
         ("nvidia/Qwen3-30B-A3B-FP4", "qwen3-30b-a3b-nvfp4-modelopt"),
+        ("example/Qwen3-MoE-Mixed", "qwen3-moe-modelopt-mixed"),
     ):
         cached(cache, repo_id, json.loads((CONFIGS / f"{fixture}.json").read_text()))
     # an EAGLE-3 draft's config.json names its draft class (lightseekorg/kimi-k2.5-eagle3)
@@ -202,6 +203,19 @@ def test_e_gb10_on_0_5_23_with_nvfp4_moe_and_gpt_oss(
     assert "nvfp4-moe-cutlass-gb10" not in sources(gpt_oss["known"])  # another quantization's
     (mxfp4,) = [r for r in gpt_oss["models"] if r["quantization"] == "mxfp4"]
     assert mxfp4["after_apply"] == "needs" and "sm_121a" in mxfp4["why"]
+
+
+def test_a_modelopt_mixed_checkpoint_gets_the_nvfp4_moe_patch(
+    trees: dict[str, Path], hub: Path
+) -> None:
+    """A ModelOpt MIXED_PRECISION checkpoint with NVFP4 experts is `modelopt_mixed`: its NVFP4
+    MoE method takes trtllm-gen for `auto` as `modelopt_fp4`'s does, so the checkpoint patch
+    (which covers it) blocks, with and without the flag."""
+    for launch in ([], ["--quantization", "modelopt_mixed"]):
+        args = ["--capability", "12.0", "--", "--model-path", "example/Qwen3-MoE-Mixed", *launch]
+        _, report = doctor(trees[NEWEST], *args)
+        assert report["quantization"] == "modelopt_mixed"
+        assert "sm120-nvfp4-moe-checkpoint-quant" in sources(report["blockers"]), launch
 
 
 def test_f_gpt_oss_120b_at_tp_2_on_0_5_7(
