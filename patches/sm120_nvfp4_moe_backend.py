@@ -7,8 +7,9 @@ an NVFP4 MoE checkpoint on an RTX PRO 6000 / RTX 5090 / GB10 fails on its first 
 for `auto` + `modelopt_fp4` on SM120; this patch inserts the same branch, right after the
 mxfp8 branch it follows upstream, with the test `sm120-nvfp4-moe-checkpoint-quant` gives
 upstream's from 0.5.13: without `--quantization`, the checkpoint's (`get_model_config()`) counts,
-and is read on SM120 only; and `modelopt_mixed` (ModelOpt MIXED_PRECISION with NVFP4 layers, whose
-NVFP4 MoE layers the same `ModelOptNvFp4FusedMoEMethod` serves) counts as `modelopt_fp4` does.
+and is read on SM120 only; and `modelopt_mixed` (0.5.11 - 0.5.12: a NemotronH MIXED_PRECISION
+checkpoint, whose NVFP4 MoE layers the same `ModelOptNvFp4FusedMoEMethod` serves) counts as
+`modelopt_fp4` does, as `sm120-nvfp4-moe-checkpoint-quant` tests it.
 
 Delete when: the oldest release in use is 0.5.13 or newer (there the branch is upstream's own;
 0.5.15 moved it to `arg_groups/overrides.py`, where this patch only recognises it). Releases
@@ -56,14 +57,14 @@ if (
     self.moe_runner_backend == "auto"
     and is_sm120_supported()
     and (self.quantization or self.get_model_config().quantization)
-    in ("modelopt_fp4", "modelopt_mixed")
+    in {quantizations}
 ):
     self.moe_runner_backend = "flashinfer_cutlass"
     logger.info(
         "Use flashinfer_cutlass as MoE runner backend on SM120 for NVFP4 MoE "
         "(trtllm-gen MoE kernels are SM100-only)"
     )
-"""
+""".replace("{quantizations}", "({})".format(", ".join(f'"{q}"' for q in NVFP4_MOE)))
 
 
 def _names_sm120(node: cst.CSTNode) -> bool:

@@ -25,14 +25,17 @@ flashinfer_cutlass's own check of the flag. The capability test moves in front, 
 capabilities never read the model config here. On 0.5.11-0.5.12 the branch is not upstream's:
 `sm120-nvfp4-moe-backend` inserts it already tested this way, so this patch starts at 0.5.13.
 
-`modelopt_mixed` is what ModelConfig makes of a ModelOpt MIXED_PRECISION checkpoint with NVFP4
-layers (0.5.10+; nvidia's Qwen3.5 NVFP4 checkpoints: NVFP4 routed experts, FP8 attention). Its
-NVFP4 MoE layers get the same `ModelOptNvFp4FusedMoEMethod`, whose `auto` is trtllm-gen, and
+`modelopt_mixed` is what ModelConfig makes of a ModelOpt MIXED_PRECISION checkpoint with an
+NVFP4 layer from 0.5.15 (nvidia's Qwen3.5 NVFP4 checkpoints: NVFP4 routed experts, FP8
+attention); 0.5.10 - 0.5.14 give the name to NemotronH alone, whose own override already picks
+flashinfer_cutlass on 12, so there the widening counts only for `--quantization modelopt_mixed`.
+Its NVFP4 MoE layers get the same `ModelOptNvFp4FusedMoEMethod`, whose `auto` is trtllm-gen, and
 upstream's branch does not name it, even with the flag (open PR #35617 adds it, as here).
 flashinfer_cutlass's own check of the flag admits it. Not judged: a MIXED_PRECISION checkpoint
-whose MoE layers are FP8 while other layers are NVFP4 gets flashinfer_cutlass too (as with
-PR #35617), through `ModelOptFp8MoEMethod`; whether FlashInfer's CUTLASS FP8 MoE runs on 12 was
-not read.
+whose experts are FP8 while other layers are NVFP4 gets flashinfer_cutlass for its MoE layers
+too (as with PR #35617): ModelOpt per-tensor FP8 experts through `ModelOptFp8MoEMethod`, whose
+FlashInfer CUTLASS FP8 MoE was not read for 12; where `auto` gave them Triton, which runs there,
+`--moe-runner-backend triton` keeps it (doctor says so for such checkpoints, as a known note).
 
 Sources: the trace in the release trees (issue 19); flashinfer-ai/flashinfer PR #3670 (trtllm-gen
 FP4 MoE has no SM120/SM121 cubins); sgl-project/sglang PR #35617 (open: the same SM120 branch

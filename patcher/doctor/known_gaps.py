@@ -35,6 +35,9 @@ class KnownGap(NamedTuple):
     # The checkpoints it may be about, as SGLang names their quantization (compressed-tensors:
     # NVFP4 is one of its schemes); empty: any.
     quantization: frozenset[str] = frozenset()
+    # Said only of a checkpoint known to be one of `quantization` (a note too narrow to say of
+    # every model whose checkpoint is not read).
+    only_when_read: bool = False
 
 
 GAPS: tuple[KnownGap, ...] = (
@@ -62,6 +65,20 @@ GAPS: tuple[KnownGap, ...] = (
         blocks=False,
         when="if the checkpoint is NVFP4 MoE",
         quantization=frozenset({"modelopt_fp4", "modelopt_mixed", "compressed-tensors"}),
+    ),
+    KnownGap(
+        "modelopt-mixed-fp8-experts-cutlass",
+        "a ModelOpt mixed-precision checkpoint whose experts are FP8 (its NVFP4 layers elsewhere) "
+        "gets `flashinfer_cutlass` for every MoE layer after `sglpatch apply`, as open PR #35617 "
+        "proposes: whether FlashInfer's CUTLASS FP8 MoE runs on 12 is not established",
+        SpecifierSet(">=0.5.11"),
+        ("12.0", "12.1"),
+        "`--moe-runner-backend triton` keeps FP8 experts on Triton",
+        "patches/sm120_nvfp4_moe_checkpoint_quant.py's docstring",
+        blocks=False,
+        when="if the checkpoint's experts are FP8 rather than NVFP4",
+        quantization=frozenset({"modelopt_mixed"}),
+        only_when_read=True,
     ),
 )
 
@@ -91,6 +108,7 @@ def known(
         if release in g.releases
         and any(c in g.capabilities for c in capabilities)
         and not (quantization and g.quantization and quantization not in g.quantization)
+        and not (g.only_when_read and not quantization)
     ]
     if names is None:
         return Known(notes=tuple(holding))

@@ -81,6 +81,16 @@ def test_the_gb10_nvfp4_note_is_said_on_12_1_only_and_never_counted() -> None:
     assert Path(__file__).parents[2].joinpath(NVFP4_NOTE.sources).is_file()
 
 
+def test_the_mixed_fp8_experts_note_is_said_of_a_read_mixed_checkpoint_alone() -> None:
+    """Too narrow to say of every model: only where the checkpoint is read as modelopt_mixed."""
+    mixed = next(g for g in GAPS if g.id == "modelopt-mixed-fp8-experts-cutlass")
+    release, moe = Version("0.5.23"), {"Qwen3MoeForCausalLM"}
+    assert mixed in known_gaps.known(release, moe, ("12.0",), "modelopt_mixed").notes
+    for quantization in (None, "modelopt_fp4", "fp8"):
+        assert mixed not in known_gaps.known(release, moe, ("12.0",), quantization).notes
+    assert mixed not in known_gaps.known(release, None, ("12.0", "12.1")).notes
+
+
 @pytest.mark.wheel
 @pytest.mark.parametrize("release", wheels.RELEASES)
 def test_the_minimax_gap_holds_where_its_nvfp4_override_goes_blackwell_only(release: str) -> None:

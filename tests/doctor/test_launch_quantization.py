@@ -30,6 +30,7 @@ EXPECTED = {
     "kimi-k2.5": ("compressed-tensors", "w4a16", "text_config.quantization_config"),
     "deepseek-v3": ("fp8", None, "quantization_config"),
     "qwen3-30b-a3b-nvfp4-modelopt": ("modelopt_fp4", "NVFP4", "quantization_config"),
+    "qwen3-moe-modelopt-mixed": ("modelopt_mixed", "MIXED_PRECISION", "quantization_config"),
     "llm-compressor-nvfp4": ("compressed-tensors", "nvfp4", "quantization_config"),
     "gemma-2-9b": None,
 }
@@ -99,10 +100,23 @@ def test_names_are_sglangs_and_the_patches_use_them() -> None:
 @pytest.mark.wheel
 def test_release_rules_follow_the_releases_model_config() -> None:
     """ModelOpt's `quant_method: "modelopt"` in config.json is named by its quant_algo from
-    0.5.10 (`_parse_quant_hf_config`); a config without quant_method from 0.5.3.post1."""
+    0.5.10 (`_parse_quant_hf_config`); a config without quant_method from 0.5.3.post1;
+    MIXED_PRECISION is `modelopt_mixed` for NemotronH from 0.5.10 and, from 0.5.15, for any
+    model with an NVFP4 layer."""
     seed, upgrade = release_rules(source(SEED)), release_rules(source(UPGRADE))
-    assert seed == Rules(modelopt_without_method=True, modelopt_flat=False, modelopt_mixed=False)
-    assert upgrade == NEWEST == release_rules(source(NEWEST_RELEASE))
+    assert seed == Rules(
+        modelopt_without_method=True,
+        modelopt_flat=False,
+        modelopt_mixed=False,
+        mixed_by_layers=False,
+    )
+    assert upgrade == release_rules(source("0.5.14")) == NEWEST._replace(mixed_by_layers=False)
+    assert release_rules(source("0.5.15")) == NEWEST == release_rules(source(NEWEST_RELEASE))
+    mixed = config("qwen3-moe-modelopt-mixed")
+    assert checkpoint_quantization(mixed, upgrade).method == "w4afp8"  # type: ignore[union-attr]
+    nemotron = {**mixed, "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h"}
+    assert checkpoint_quantization(nemotron, upgrade).method == "modelopt_mixed"  # type: ignore[union-attr]
+    assert checkpoint_quantization(mixed, NEWEST).method == "modelopt_mixed"  # type: ignore[union-attr]
     assert not release_rules(source("0.5.3")).modelopt_without_method
     modelopt = config("qwen3-30b-a3b-nvfp4-modelopt")
     assert checkpoint_quantization(modelopt, seed) == Quantization(

@@ -10,7 +10,8 @@ How SGLang reads it, in `srt/configs/model_config.py` (`ModelConfig._parse_quant
   release whose config class does not lift it loads those weights as it would unquantized ones.
 - ModelOpt: a config without `quant_method` (0.5.3.post1 and later), or with
   `quant_method: "modelopt"` (0.5.10 and later), is named by its `quant_algo`:
-  `MIXED_PRECISION` → `w4afp8` (`modelopt_mixed` from 0.5.10 where a layer is NVFP4), any
+  `MIXED_PRECISION` → `w4afp8` (`modelopt_mixed` for NemotronH from 0.5.10, and from 0.5.15 for
+  any model where a layer is NVFP4), any
   `FP4`/`NVFP4` → `modelopt_fp4`, any `FP8` → `modelopt_fp8`. Before that, `modelopt` stays.
 - Otherwise `quant_method`, lower-cased: `fp8`, `mxfp4`, `compressed-tensors`, `awq`, `gptq`,
   `quark`, ... Each method's `override_quantization_method` may rename it then: ModelOpt's only
@@ -37,7 +38,9 @@ class Rules(NamedTuple):
 
     modelopt_without_method: bool = True  # `_parse_modelopt_quant_config` (0.5.3.post1 on)
     modelopt_flat: bool = True  # `quant_method: "modelopt"` named by `quant_algo` (0.5.10 on)
-    modelopt_mixed: bool = True  # `modelopt_mixed` for MIXED_PRECISION with NVFP4 layers
+    modelopt_mixed: bool = True  # `modelopt_mixed` for MIXED_PRECISION (0.5.10 on)
+    # ... for any model with an NVFP4 layer (0.5.15 on); before, for NemotronH alone
+    mixed_by_layers: bool = True
 
 
 NEWEST = Rules()
@@ -52,6 +55,7 @@ def release_rules(source: Source) -> Rules:
         modelopt_without_method=b"def _parse_modelopt_quant_config" in text,
         modelopt_flat=b'quant_cfg["quant_method"] == "modelopt"' in text,
         modelopt_mixed=b"modelopt_mixed" in text,
+        mixed_by_layers=b"has_modelopt_nvfp4_layers" in text,
     )
 
 
@@ -113,7 +117,7 @@ def checkpoint_quantization(
     if where == "hf_quant_config.json":
         modelopt = True
     if modelopt:
-        method = _modelopt(quant, algo, rules) or method or "modelopt"
+        method = _modelopt(quant, algo, rules, _nemotron_h(config)) or method or "modelopt"
     groups = _groups(quant)
     first = groups[0] if groups else {}
     weights = _mapping(first.get("weights"))
@@ -145,10 +149,14 @@ def _declared(config: Mapping[str, Any]) -> tuple[dict[str, Any], str] | None:
     return None
 
 
-def _modelopt(quant: Mapping[str, Any], algo: str, rules: Rules) -> str | None:
+def _modelopt(
+    quant: Mapping[str, Any], algo: str, rules: Rules, nemotron_h: bool = False
+) -> str | None:
     """`_parse_modelopt_quant_config`'s names for `quant_algo` (the upper-case test is SGLang's:
     `"FP4" in quant_algo`, so `W4A16_NVFP4` counts as FP4)."""
     if algo == "MIXED_PRECISION":
+        if rules.modelopt_mixed and not rules.mixed_by_layers:  # 0.5.10 - 0.5.14
+            return "modelopt_mixed" if nemotron_h else "w4afp8"
         layers = _mapping(quant.get("quantized_layers"))
         nvfp4 = any(
             str(_mapping(layer).get("quant_algo", "")).upper() in ("NVFP4", "W4A16_NVFP4")
@@ -160,6 +168,15 @@ def _modelopt(quant: Mapping[str, Any], algo: str, rules: Rules) -> str | None:
     if "FP8" in algo:
         return "modelopt_fp8"
     return None
+
+
+def _nemotron_h(config: Mapping[str, Any]) -> bool:
+    """0.5.10 - 0.5.14's test: `model_type == "nemotron_h"` or an architecture `NemotronH*`."""
+    architectures = config.get("architectures")
+    names = architectures if isinstance(architectures, list) else []
+    return config.get("model_type") == "nemotron_h" or any(
+        isinstance(n, str) and n.startswith("NemotronH") for n in names
+    )
 
 
 def _groups(quant: Mapping[str, Any]) -> list[Mapping[str, Any]]:

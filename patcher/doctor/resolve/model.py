@@ -22,7 +22,8 @@ CHECKPOINTS: dict[str, tuple[dict[str, Any] | None, str | None]] = {
         "fp8",
     ),
     "modelopt_fp4": ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "modelopt_fp4"),
-    # ModelOpt MIXED_PRECISION with NVFP4 experts (nvidia's Qwen3.5 NVFP4): 0.5.10+ only.
+    # ModelOpt MIXED_PRECISION with NVFP4 experts (nvidia's Qwen3.5 NVFP4): so named from
+    # 0.5.15 (0.5.10 - 0.5.14: NemotronH's alone).
     "modelopt_mixed": (
         {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
          "quantized_layers": {"model.layers.0.mlp.experts": {"quant_algo": "NVFP4"}}},
