@@ -1,16 +1,16 @@
 """Give capability 12 Triton double-sparsity extend block sizes that fit its shared memory.
 
 Why: with `--enable-double-sparsity` every prefill runs the Triton extend kernel of
-`triton_ops/double_sparsity_attention.py`. Its launcher `extend_attention_fwd` picks BLOCK_M/BLOCK_N
-by capability, and capability 12 falls into the Hopper branch (`CUDA_CAPABILITY[0] >= 9`). Hopper
-and B200 have about 228 KB of shared memory per block; Blackwell workstation parts (RTX PRO 6000,
-RTX 5090, GB10) have 99 KB (101376 bytes). Compiled for sm_120 and sm_121 with the launcher's own
-constexprs, warps and stages (tests/patches/test_sm120_double_sparsity_blocks.py; every head size
-from 16 to 528 in steps of 16 by hand), Hopper's sizes need 114688 bytes at head sizes 144 to 256
-(Gemma 2 and 3: 256) and 102400 from 272 to 512, where the `>= 8` branch's (32, 64) overflows
-too; so the first prefill dies with `OutOfResources: shared memory`. Up to 128 (49152), at 192
-(98304) and at 288 (88064) they fit: the launcher splits those two into a power of two and a small
-rope part.
+`triton_ops/double_sparsity_attention.py`. Its launcher `extend_attention_fwd` picks
+BLOCK_M/BLOCK_N by capability, and capability 12 falls into the Hopper branch (`CUDA_CAPABILITY[0]
+>= 9`). Hopper and B200 have about 228 KB of shared memory per block; Blackwell workstation parts
+(RTX PRO 6000, RTX 5090, GB10) have 99 KB (101376 bytes). Compiled for sm_120 (by hand for sm_121
+too: the same figures) with the launcher's own constexprs, warps and stages
+(tests/patches/test_sm120_double_sparsity_blocks.py; every head size from 16 to 528 in steps of 16
+by hand), Hopper's sizes need 114688 bytes at head sizes 129 to 256 (256: Gemma 1's and Gemma 2
+9B's head size) and 102400 from 257 to 512, where the `>= 8` branch's (32, 64) overflows too; so
+the first prefill dies with `OutOfResources: shared memory`. Up to 128 (49152), at 192 (98304) and
+at 288 (88064) they fit: the launcher splits those two into a power of two and a small rope part.
 
 The fix is the branch upstream gave the sibling extend kernel in 0.5.9 (sm120-extend-attention-
 blocks): `CUDA_CAPABILITY[0] == 12` ahead of the Hopper branch, with (64, 128) up to head size
@@ -39,8 +39,9 @@ from sglpatch.patches.sm120_extend_attention_blocks import insert_branch, requir
 FILE = ByRelease({"<0.5.11": "srt/layers/attention/triton_ops/double_sparsity_attention.py"})
 LAUNCHER = "extend_attention_fwd"
 # Unpatched, the kernel overflows sm_120's shared memory at every head size above 128 up to 512
-# (measured in steps of 16), but 192 and 288. Above 512 the patch does not make it fit.
-OVERFLOWING = tuple(h for h in range(144, 513, 16) if h not in (192, 288))
+# but 192 and 288 (the launcher pads the others to a power of two; measured in steps of 16).
+# Above 512 the patch does not make it fit.
+OVERFLOWING = tuple(h for h in range(129, 513) if h not in (192, 288))
 
 
 class Sm120DoubleSparsityBlocks(Patch):
