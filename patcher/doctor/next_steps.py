@@ -13,6 +13,11 @@ from sglpatch.doctor.facts.launch_advice import ADVICE, Advice
 from sglpatch.doctor.launch.parse import Launch, Origin
 from sglpatch.doctor.report import Diagnosis, Step
 
+# A ptxas that knows sm_121a, for Triton on 12.1 (docs/kernels.md: this wheel holds only it).
+PTXAS = (
+    'pip install nvidia-cuda-nvcc-cu12==12.9.86 && export TRITON_PTXAS_PATH="$(python -c '
+    "'import nvidia.cuda_nvcc as n; print(list(n.__path__)[0])')/bin/ptxas\""
+)
 # A launch given as its arguments alone is run as this command.
 LAUNCH_SERVER = ("python", "-m", "sglang.launch_server")
 
@@ -27,6 +32,8 @@ def steps(found: Diagnosis, launch: Launch | None, apply_line: str) -> tuple[Ste
         line = apply_line.replace("sglpatch apply", found.apply_command, 1)
         count = len(fixable)
         out.append(Step(line, f"fixes {count} blocker{'s' * (count != 1)}"))
+    if any("ptxas" in need for need in found.needs):
+        out.append(Step(PTXAS, "12.1: Triton's bundled ptxas (CUDA 12.8) does not know sm_121a"))
     if launch is None:
         return tuple(out)
     dropped = _to_drop(launch, found.release)

@@ -128,6 +128,10 @@ class ModelRow(NamedTuple):
     line: int | None
 
 
+# A tool a row needs -> the package beside SGLang whose kernels check judges it.
+_TOOL_OF = {"ptxas": "triton", "nvcc": "flashinfer-python"}
+
+
 class Diagnosis(NamedTuple):
     release: Version | None
     model: ModelReport | None  # the one --model chose
@@ -181,6 +185,29 @@ class Diagnosis(NamedTuple):
         return not self.blockers and not self.not_judged
 
     @property
+    def needs(self) -> tuple[str, ...]:
+        """What the chosen model's rows need beyond `sglpatch apply` and nothing here judged,
+        each with its part: "12.1 has a ptxas that knows sm_121a (...)". Only with a model,
+        for its checkpoint's quantization when known; not a tool's need where the package that
+        runs it beside SGLang was judged for that part (then it is a blocker, or it has it)."""
+        if self.rows is None or (self.model is None and not self.asked):
+            return ()
+        judged = {k.package: k for k in self.kernels or ()}
+        found = []
+        for row in self.rows:
+            if row.after_apply != "needs":  # model_problems.NEEDS
+                continue
+            if self.quantization_from and row.quantization != self.quantization:
+                continue
+            need = row.why.partition(" needs ")[2] or row.why
+            tool = next((t for t in _TOOL_OF if t in need), None)
+            package = judged.get(_TOOL_OF[tool]) if tool else None
+            if package is not None and package.runs_on.get(row.capability) is not None:
+                continue
+            found.append(f"{row.capability} has {need}")
+        return tuple(dict.fromkeys(found))
+
+    @property
     def apply_command(self) -> str:
         """What fixes the blockers apply can fix: `--force` where their release is untested
         (apply refuses it otherwise)."""
@@ -212,7 +239,7 @@ class Diagnosis(NamedTuple):
         unjudged = len(self.not_judged)
         files = self.unread
         if self.ready:
-            answer = "ready"
+            answer = "ready" + (f" once {'; '.join(self.needs)}" if self.needs else "")
         elif not self.blockers:
             answer = f"cannot tell: {files} could not be read or parsed (not judged)"
         else:

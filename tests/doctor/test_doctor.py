@@ -23,6 +23,11 @@ from sglpatch.results import Applied
 from tests.support.releases import SEED
 
 KIMI = "KimiK25ForConditionalGeneration"
+# The kernel table's Triton need on 12.1 (facts/kernel_support.json), as the verdict says it.
+PTXAS = (
+    "a ptxas that knows sm_121a (CUDA 12.9+; Triton 3.5.1 bundles ptxas 12.8.93, which does not: "
+    "docs/kernels.md)"
+)
 KIMI_PATCH = "kimi-k25-eagle3-interface"
 
 
@@ -114,8 +119,13 @@ def test_0_5_9_kimi_is_ready_after_apply(applied: dict[str, Path]) -> None:
     )
     assert result.exit_code == 0, result.stdout
     first = result.stdout.splitlines()[0]
-    assert first == f"capability 12 + EAGLE-3 on {KIMI} (SGLang 0.5.9): ready"
+    # Both parts judged, no Triton beside SGLang: 12.1's Triton needs a ptxas for sm_121a.
+    assert first.startswith(f"capability 12 + EAGLE-3 on {KIMI} (SGLang 0.5.9): ready once ")
+    assert first.endswith(f"12.1 has {PTXAS}")
     assert "has them all" in result.stdout
+    args = ["doctor", "--target", str(applied[SEED]), "--model", KIMI, "--eagle3"]
+    rtx = CliRunner().invoke(app, [*args, "--capability", "12.0"])
+    assert rtx.stdout.splitlines()[0] == f"capability 12 + EAGLE-3 on {KIMI} (SGLang 0.5.9): ready"
 
 
 @pytest.mark.wheel
@@ -132,7 +142,8 @@ def test_later_releases_kimi_has_its_methods_and_apply_clears_the_rest(
     assert (code == 0) == (not before["blockers"])
     code, after = run_doctor(applied[release], "--model", KIMI, "--eagle3")
     assert code == 0 and after["ready"] and after["blockers"] == []
-    assert after["verdict"] == f"capability 12 + EAGLE-3 on {KIMI} (SGLang {release}): ready"
+    verdict = f"capability 12 + EAGLE-3 on {KIMI} (SGLang {release}): ready"
+    assert after["verdict"] == f"{verdict} once 12.1 has {PTXAS}"
 
 
 @pytest.mark.wheel

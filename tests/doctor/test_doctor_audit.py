@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sglpatch.doctor.report import Suspect
 from tests.support import wheels
 from tests.support.releases import SEED
 
@@ -103,8 +104,8 @@ def covered(text: str) -> dict[str, dict[Row, str | None]]:
 
 
 @pytest.fixture(scope="module")
-def reported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[Row, str | None]]:
-    """What doctor lists as suspects on each release (-> covered_by), in process, once each."""
+def suspects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[Row, Suspect]]:
+    """What doctor lists as suspects on each release, in process, once each."""
     from sglpatch import api
 
     folder = tmp_path_factory.mktemp("audit-trees")
@@ -113,10 +114,45 @@ def reported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[Row, st
         site = wheels.full_tree(release, folder / release)
         diagnosis = api.diagnose(site).diagnosis
         found[release] = {
-            (s.finding.file, s.finding.line, _code(s.finding.code)): s.covered_by
-            for s in diagnosis.suspects
+            (s.finding.file, s.finding.line, _code(s.finding.code)): s for s in diagnosis.suspects
         }
     return found
+
+
+@pytest.fixture(scope="module")
+def reported(suspects: dict[str, dict[Row, Suspect]]) -> dict[str, dict[Row, str | None]]:
+    """Each release's suspects -> covered_by."""
+    return {r: {row: s.covered_by for row, s in found.items()} for r, found in suspects.items()}
+
+
+_OPT_IN = re.compile(r"opt-in: `(?P<flag>[^`]+)`")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_by_default_and_opt_in_are_what_the_audit_says_doctor_says(
+    suspects: dict[str, dict[Row, Suspect]], release: str
+) -> None:
+    """A "doctor says" cell naming an opt-in flag in backquotes is doctor's flag; "by default"
+    is no flag (0.5.7:1066, 0.5.23:716: the KV dtype 12 is given for `auto`)."""
+    checked = 0
+    for line in _sections(AUDIT.read_text())[release]:
+        if not line.startswith("| `"):
+            continue
+        cells = _cells(line)
+        place = _PLACE.match(cells[0])
+        assert place
+        suspect = suspects[release][
+            (f"sglang/{place['file']}", int(place["line"]), _code(place["code"]))
+        ]
+        flag = _OPT_IN.search(cells[1])
+        if flag:
+            assert suspect.opt_in == flag["flag"], cells[0]
+        elif "by default" in cells[1]:
+            assert suspect.opt_in == "", cells[0]
+        else:
+            continue
+        checked += 1
+    assert checked, f"{release}: no row says how doctor labels it"
 
 
 @pytest.mark.parametrize("release", RELEASES)

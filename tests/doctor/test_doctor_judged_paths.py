@@ -266,3 +266,30 @@ def test_the_kv_dtype_a_gpu_is_given_is_followed_into_the_arm_that_tests_it() ->
     patched = _by_line(ARM.format(twelve=OWN))
     assert 8 in patched  # the code parsed: the `major == 12` arm is a decision of its own
     assert {j.outcome for j in patched.get(5, [])} <= {judged.HARMLESS}
+
+
+# 0.5.10 - 0.5.14 set the default by statements, not a conditional expression.
+STATEMENTS = """\
+class ServerArgs:
+    def handle(self):
+        major, _ = get_device_capability()
+        if self.kv_cache_dtype == "auto":
+            if major >= 10:
+                self.kv_cache_dtype = "fp8_e4m3"
+            else:
+                self.kv_cache_dtype = "bfloat16"
+
+    def backends(self, kv_cache_dtype, major):
+        if kv_cache_dtype == "fp8_e4m3":
+            if major >= 10:
+                self.nsa_prefill_backend = "trtllm"
+"""
+
+
+def test_a_kv_dtype_default_set_by_statements_labels_its_arm_by_default() -> None:
+    (arm,) = (j for line, j in _by_line(STATEMENTS).items() if line == 12)
+    assert {j.outcome for j in arm} == {judged.FAILS}
+    assert all(j.opt_in == "" for j in arm)
+    hopper = STATEMENTS.replace("if major >= 10:\n                self.kv", "if major == 9:\n                self.kv")  # fmt: skip
+    (opt_in,) = (j for line, j in _by_line(hopper).items() if line == 12)
+    assert all(j.opt_in == "kv_cache_dtype == 'fp8_e4m3'" for j in opt_in)

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from sglpatch import catalogue
+from sglpatch import api, catalogue
 from sglpatch.cli import app
+from sglpatch.doctor.kernels.findings import KernelFinding
 from sglpatch.errors import ExitCode
 from tests.support import wheels
 from tests.support.releases import NEWEST, SEED
@@ -203,6 +204,32 @@ def test_e_gb10_on_0_5_23_with_nvfp4_moe_and_gpt_oss(
     assert "nvfp4-moe-cutlass-gb10" not in sources(gpt_oss["known"])  # another quantization's
     (mxfp4,) = [r for r in gpt_oss["models"] if r["quantization"] == "mxfp4"]
     assert mxfp4["after_apply"] == "needs" and "sm_121a" in mxfp4["why"]
+
+
+def test_gb10_is_ready_only_once_triton_has_a_ptxas_for_sm_121a(
+    trees: dict[str, Path], hub: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34's GB10 user: GPT-OSS's rows on 12.1 need a ptxas that knows sm_121a, and no
+    Triton beside this SGLang says whether it has one: the verdict is conditional and the next
+    step installs one. On 12.0 nothing is needed; where the Triton beside SGLang was judged for
+    12.1, its own finding answers (a blocker when its ptxas lacks sm_121a)."""
+    nvidia_smi(tmp_path, monkeypatch, "12.1")
+    args = ["--", "--model-path", "openai/gpt-oss-120b"]
+    code, report = doctor(trees[NEWEST], *args)
+    assert code == 0 and report["ready"]
+    assert report["verdict"].endswith("ready once 12.1 has a ptxas that knows sm_121a (CUDA 12.9+; Triton 3.5.1 bundles ptxas 12.8.93, which does not: docs/kernels.md)")  # fmt: skip
+    (step,) = [s for s in report["next"] if "TRITON_PTXAS_PATH" in s["command"]]
+    assert step["command"].startswith("pip install nvidia-cuda-nvcc-cu12==12.9.86 && export")
+    _, rtx = doctor(trees[NEWEST], "--capability", "12.0", *args)
+    assert "ptxas" not in rtx["verdict"] and "once 12.1 has" not in rtx["verdict"]
+    assert not any("TRITON_PTXAS_PATH" in s["command"] for s in rtx["next"])
+    found = api.diagnose(trees[NEWEST], model_path=Path("openai/gpt-oss-120b"), capability="12.1")
+    assert found.diagnosis.needs
+    assert any("ptxas" in need for need in found.diagnosis.needs)
+    for judged_121 in (True, False):
+        triton = KernelFinding("triton", "3.5.1", {"12.1": judged_121}, "its ptxas, read")
+        needs = found.diagnosis._replace(kernels=(triton,)).needs
+        assert not any("ptxas" in need for need in needs)
 
 
 def test_a_modelopt_mixed_checkpoint_gets_the_nvfp4_moe_patch(

@@ -83,7 +83,7 @@ class Support(NamedTuple):
             return []
         parts = {f"{capability[0]}.{capability[1]}", f"{capability[0]}.x"}
         found = []
-        for clause in self.needs.split("; "):
+        for clause in _clauses(self.needs):
             part, _, rest = clause.partition(": ")
             if part in parts and rest.startswith(("a ", "an ")):
                 found.append(rest)
@@ -91,6 +91,18 @@ class Support(NamedTuple):
 
     def shown_range(self) -> str:
         return ", ".join(_shown(s) for s in self.runs_on) or "nothing"
+
+
+def _clauses(text: str) -> list[str]:
+    """`text` split at its "; " outside parentheses: "12.1: a ptxas (CUDA 12.9+; Triton 3.5.1
+    bundles 12.8)" is one clause, not two."""
+    found, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and text.startswith("; ", index):
+            found.append(text[start:index])
+            start = index + 2
+    return [*found, text[start:]]
 
 
 def gemm_name(flag: str, value: str) -> str:

@@ -80,21 +80,44 @@ class KvDtype:
         self._defaults: dict[devices.Device, frozenset[str]] = {}
 
     def defaults(self, device: devices.Device) -> frozenset[str]:
-        """The dtypes a conditional expression on the GPU assigned to `kv_cache_dtype` gives
-        `device` (0.5.9+: `"fp8_e4m3" if major >= 10 else ...` for DSA models)."""
+        """The dtypes `device` is given by a decision on the GPU that sets `kv_cache_dtype`:
+        `"fp8_e4m3" if major >= 10 else ...` (0.5.7 - 0.5.9, 0.5.15+) or `if major >= 10:
+        self.kv_cache_dtype = "fp8_e4m3"` (0.5.10 - 0.5.14), for DSA models."""
         if device not in self._defaults:
             found: set[str] = set()
             for node, ancestors in walk_with_ancestors(self.tree, self.wanted):
-                if not (
-                    isinstance(node, ast.Assign)
-                    and len(node.targets) == 1
-                    and branches_of.target_name(node.targets[0]) == KV
-                    and isinstance(node.value, ast.IfExp)
-                ):
-                    continue
-                found |= self._given(node.value, self.evaluator(enclosing(ancestors)), device)
+                if isinstance(node, ast.Assign) and _sets_kv(node) is not None:
+                    value = node.value
+                    if isinstance(value, ast.IfExp):
+                        evaluator = self.evaluator(enclosing(ancestors))
+                        found |= self._given(value, evaluator, device)
+                elif isinstance(node, ast.If) and not _is_elif(node, ancestors):
+                    found |= self._set_in_arms(node, self.evaluator(enclosing(ancestors)), device)
             self._defaults[device] = frozenset(found)
         return self._defaults[device]
+
+    @staticmethod
+    def _set_in_arms(node: ast.If, evaluator: Evaluator, device: devices.Device) -> set[str]:
+        """The literals the arms of an `if` chain on the GPU that `device` takes set the dtype
+        to, by a statement of their own."""
+        tests: list[ast.expr] = []
+        bodies: list[list[ast.stmt]] = []
+        current: ast.If | None = node
+        while current is not None:
+            tests.append(current.test)
+            bodies.append(current.body)
+            orelse = current.orelse
+            current = orelse[0] if len(orelse) == 1 and isinstance(orelse[0], ast.If) else None
+            if current is None:
+                bodies.append(orelse)
+        if not any(evaluator.depends_on_device(t) for t in tests):
+            return set()
+        return {
+            literal
+            for index in branches_of.reach(evaluator, tests, device)
+            for statement in bodies[index]
+            if isinstance(statement, ast.Assign) and (literal := _sets_kv(statement)) is not None
+        }
 
     @staticmethod
     def _given(expression: ast.expr, evaluator: Evaluator, device: devices.Device) -> set[str]:
@@ -132,6 +155,22 @@ class KvDtype:
                 continue  # an `elif` after the GPU's own arm (sm120-dsa-backends' `major == 12`)
             found += branches_of.choices(evaluator, node.body, device)
         return found
+
+
+def _sets_kv(node: ast.Assign) -> str | None:
+    """`kv_cache_dtype = "fp8_e4m3"` -> "fp8_e4m3"; "" for a conditional expression's
+    assignment; None for anything else."""
+    if len(node.targets) != 1 or branches_of.target_name(node.targets[0]) != KV:
+        return None
+    value = node.value
+    if isinstance(value, ast.IfExp):
+        return ""
+    return value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
+
+
+def _is_elif(node: ast.If, ancestors: Sequence[ast.AST]) -> bool:
+    parent = ancestors[-1] if ancestors else None
+    return isinstance(parent, ast.If) and parent.orelse == [node]
 
 
 def _tested_dtype(test: ast.expr) -> str | None:

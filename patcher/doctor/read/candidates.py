@@ -239,11 +239,15 @@ _ARM_LINES = 30  # an arm's body kept at most (0.5.7 - 0.5.23: 4 - 12 lines)
 
 
 def _kv_arms(source_lines: Sequence[str], lines: list[int]) -> set[int]:
-    """Where a candidate line chooses the KV cache dtype by a conditional expression, the arms
-    that test the dtype for a value, with their bodies: `reach` follows the dtype into them."""
+    """Where a candidate line chooses the KV cache dtype (a conditional expression, or an `if`
+    whose next line sets it: 0.5.10 - 0.5.14), the lines that set it to a literal and the arms
+    that test it for a value, with their bodies: `reach` follows the dtype into them."""
     chooses = any(
-        _CHOICE.search(source_lines[n - 1])
-        and "kv_cache_dtype" in " ".join(source_lines[max(n - 2, 0) : n])
+        (
+            _CHOICE.search(source_lines[n - 1])
+            and "kv_cache_dtype" in " ".join(source_lines[max(n - 2, 0) : n])
+        )
+        or (n < len(source_lines) and _KV_SET.match(source_lines[n]))
         for n in lines
         if n <= len(source_lines)
     )
@@ -253,6 +257,8 @@ def _kv_arms(source_lines: Sequence[str], lines: list[int]) -> set[int]:
     for number, text in enumerate(source_lines, 1):
         if "kv_cache_dtype" not in text:
             continue
+        if _KV_SET.match(text):
+            found.add(number)
         match = _KV_ARM.match(text)
         if match is None:
             continue
@@ -268,3 +274,4 @@ def _kv_arms(source_lines: Sequence[str], lines: list[int]) -> set[int]:
 
 
 _CHOICE = re.compile(r"\bif\b.*\belse\b")
+_KV_SET = re.compile(r"^\s*[\w.]*kv_cache_dtype\s*=\s*[\"'][\w]+[\"']\s*(#.*)?$")
