@@ -327,3 +327,18 @@ def test_without_nvidia_smi_both_parts_and_no_gpu_line(
         "note": "",
     }
     assert report["launch"] is None and report["quantization"] is None
+
+
+@pytest.mark.parametrize(
+    ("release", "repo_id"), [(NEWEST, "openai/gpt-oss-120b"), (SEED, "moonshotai/Kimi-K2.5")]
+)
+def test_a_launch_with_default_flags_has_the_all_models_rows(
+    trees: dict[str, Path], hub: Path, release: str, repo_id: str
+) -> None:
+    """Issue 34: `doctor -- LAUNCH` and `--all-models` agree for the same model, default flags."""
+    _, launched = doctor(trees[release], "--", *LAUNCH, "--model-path", repo_id)
+    _, every = doctor(trees[release], "--all-models")
+    names = {r["architecture"] for r in launched["models"]}
+    assert names and launched["models"] == [
+        r for r in every["models"] if r["architecture"] in names
+    ]
