@@ -265,6 +265,7 @@ def _blocker(blocker: Blocker) -> JSON:
         "fixed_by": blocker.fixed_by,
         "note": blocker.note,
         "when": blocker.when,
+        "parts": list(blocker.parts) or None,
     }
 
 

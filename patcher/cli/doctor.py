@@ -251,6 +251,7 @@ def _print_rows(rows: tuple[Blocker, ...], conditions: bool = True) -> None:
         if blocker.beyond_apply:  # another build, a missing package
             fix, note = "`sglpatch apply` cannot fix it", f"; fix: {blocker.note}"
         when = f" ({blocker.when})" if blocker.when and conditions else ""
+        when += f" (on {' and '.join(blocker.parts)} only)" if blocker.parts else ""
         typer.echo(f"  - {blocker.what}{when}\n      {fix}{note}")
 
 

@@ -298,7 +298,9 @@ def _as_blocker(suspect: Suspect) -> Blocker:
     listed = [j for j in suspect.judgements if j.outcome is suspect.outcome]
     what = listed[0].what if listed else f"capability 12 gets {f.gets} ({f.kind})"
     when = f"with {suspect.opt_in}" if suspect.opt_in else ""
-    return Blocker(what, f"{f.file}:{f.line}", suspect.covered_by, when=when, origin=Origin.SUSPECT)
+    every = len(listed) == len(suspect.judgements)  # () says every part judged
+    parts = () if every else tuple(j.capability for j in listed)
+    return Blocker(what, f"{f.file}:{f.line}", suspect.covered_by, "", when, Origin.SUSPECT, parts)
 
 
 def _model_report(

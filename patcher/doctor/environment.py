@@ -84,4 +84,5 @@ def _kernel_blocker(finding: KernelFinding, capabilities: Sequence[str]) -> Bloc
         None,
         finding.fix,
         origin=Origin.KERNELS,
+        parts=() if len(failing) == len(capabilities) else tuple(failing),
     )

@@ -136,7 +136,9 @@ def rows(
 
     def row(gap: KnownGap, when: str = "") -> Blocker:
         note = f"fix: {gap.fix}; sources: {gap.sources}"
-        return Blocker(gap.what, gap.id, None, note, when, Origin.GAP)
+        parts = tuple(c for c in capabilities if c in gap.capabilities)
+        parts = () if len(parts) == len(capabilities) else parts  # (): every part judged
+        return Blocker(gap.what, gap.id, None, note, when, Origin.GAP, parts)
 
     return (
         [row(g) for g in found.blockers],

@@ -44,6 +44,8 @@ class Blocker(NamedTuple):
     note: str = ""  # why apply cannot fix it, when it cannot
     when: str = ""  # the condition it breaks under: "with --enable-torch-symm-mem", "if ..."
     origin: Origin = Origin.PATCH
+    # The parts it holds for ("12.1": a kernel build, a gap on GB10); (): every part judged.
+    parts: tuple[str, ...] = ()
 
     @property
     def beyond_apply(self) -> bool:
@@ -208,6 +210,17 @@ class Diagnosis(NamedTuple):
         return tuple(dict.fromkeys(found))
 
     @property
+    def per_part(self) -> str:
+        """Each part's count where they differ ("12.0: 10, 12.1: 12"), else ""."""
+        counts = [
+            (part, sum(1 for b in self.blockers if not b.parts or part in b.parts))
+            for part in self.capabilities
+        ]
+        if len({n for _, n in counts}) < 2:
+            return ""
+        return ", ".join(f"{part}: {n}" for part, n in counts)
+
+    @property
     def apply_command(self) -> str:
         """What fixes the blockers apply can fix: `--force` where their release is untested
         (apply refuses it otherwise)."""
@@ -247,14 +260,16 @@ class Diagnosis(NamedTuple):
             fixable = sum(1 for b in self.blockers if b.fixed_by)
             noun = "blocker" if count == 1 else "blockers"
             apply = f"`{self.apply_command}`"
+            each = self.per_part
+            counted = f"{count} {noun}" + (f" ({each})" if each else "")
             if fixable == count:
-                answer = f"{count} {noun}, {'both' if count == 2 else 'all'} fixed by {apply}"
+                answer = f"{counted}, {'both' if count == 2 else 'all'} fixed by {apply}"
                 if count == 1:
-                    answer = f"1 {noun}, fixed by {apply}"
+                    answer = f"{counted}, fixed by {apply}"
             elif fixable:
-                answer = f"{count} {noun}, {fixable} fixed by {apply}"
+                answer = f"{counted}, {fixable} fixed by {apply}"
             else:
-                answer = f"{count} {noun}, none fixed by `sglpatch apply`"
+                answer = f"{counted}, none fixed by `sglpatch apply`"
             if unjudged:
                 answer += f"; {files} not judged"
         return f"{subject} ({where}): {answer}"

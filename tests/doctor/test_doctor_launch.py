@@ -342,3 +342,18 @@ def test_a_launch_with_default_flags_has_the_all_models_rows(
     assert names and launched["models"] == [
         r for r in every["models"] if r["architecture"] in names
     ]
+
+
+def test_without_a_part_named_the_headline_counts_each_parts_blockers(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Issue 34, point 5: both parts judged, a blocker of one part alone (0.5.16's DeepGEMM gate
+    lets 12.1 in and not 12.0; a suspect, so with --strict) is counted on that part alone."""
+    site = wheels.full_tree("0.5.16", tmp_path_factory.mktemp("parts") / "0.5.16")
+    found = api.diagnose(site, strict=True).diagnosis
+    (gate,) = [b for b in found.blockers if b.source.endswith("deep_gemm_wrapper/configurer.py:19")]
+    assert gate.parts == ("12.1",)
+    count = len(found.blockers)
+    assert f"{count} blockers (12.0: {count - 1}, 12.1: {count}), " in found.verdict
+    one = api.diagnose(site, strict=True, capability="12.0").diagnosis
+    assert len(one.blockers) == count - 1 and "(12.0:" not in one.verdict

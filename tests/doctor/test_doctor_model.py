@@ -185,5 +185,5 @@ def test_json_keeps_every_key_and_adds_the_new_lists(trees: dict[str, Path]) -> 
     added = {"opt_in", "tables", "not_for_this_model", "quantization"}
     assert before | added <= set(report)
     for row in report["blockers"] + report["opt_in"] + report["tables"]:
-        assert set(row) == {"what", "source", "fixed_by", "note", "when"}
+        assert set(row) == {"what", "source", "fixed_by", "note", "when", "parts"}
     assert report["quantization"] is None
