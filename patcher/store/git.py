@@ -202,6 +202,10 @@ class Repository:
             if self._head_sha_if_tree(repo, tree) is None:
                 self._roll_back(repo, before)
             raise
+        finally:
+            # Its git processes stop here, not in a garbage collection later, where a Ctrl-C
+            # arriving in `Repo.__del__` is printed and dropped instead of stopping the run.
+            repo.close()
         self._mark_committed(state.to_json())
         return commit_sha
 
@@ -209,9 +213,13 @@ class Repository:
         """The repository (made if need be) and the bytes `paths` hold now, to roll back to."""
         try:
             repo = self._repo(create=True)
-            if not repo.head.is_valid():
-                self._check_unborn()  # a damaged HEAD must not be written over with a new root
-            return repo, {path: _read_or_none(path) for path in paths}
+            try:
+                if not repo.head.is_valid():
+                    self._check_unborn()  # a damaged HEAD must not be written over with a root
+                return repo, {path: _read_or_none(path) for path in paths}
+            except BaseException:
+                repo.close()
+                raise
         except (git.exc.GitError, OSError, ValueError, AssertionError) as error:
             # gitpython asserts on some damage (an empty branch ref)
             raise LedgerError(f"cannot record the change ({error})", str(self.directory)) from None
@@ -274,19 +282,19 @@ class Repository:
         if not self.directory.exists():
             return []
         try:
-            repo = self._repo(create=False)
-            if not repo.head.is_valid():
-                self._check_unborn()  # damage is not "no history"
-                return []
-            return [
-                Entry(
-                    c.hexsha,
-                    c.committed_datetime.isoformat(timespec="seconds"),
-                    str(c.summary),
-                    str(c.message),
-                )
-                for c in repo.iter_commits()
-            ]
+            with self._repo(create=False) as repo:  # closed here, as in `commit`
+                if not repo.head.is_valid():
+                    self._check_unborn()  # damage is not "no history"
+                    return []
+                return [
+                    Entry(
+                        c.hexsha,
+                        c.committed_datetime.isoformat(timespec="seconds"),
+                        str(c.summary),
+                        str(c.message),
+                    )
+                    for c in repo.iter_commits()
+                ]
         except (git.exc.GitError, OSError, ValueError, AssertionError) as error:
             # gitpython asserts on some damage (an empty branch ref)
             raise LedgerError(f"cannot read the history ({error})", str(self.directory)) from None
