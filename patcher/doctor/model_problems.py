@@ -11,13 +11,13 @@ from sglpatch.doctor import coverage
 from sglpatch.doctor.facts import kernel_support
 from sglpatch.doctor.facts.model_configs import EVERY_MODEL, family
 from sglpatch.doctor.models.shape import holds, shape_of
+from sglpatch.doctor.report import BREAKS, NEEDS, NOT_EVALUATED
 from sglpatch.doctor.resolve import Outcome, run_whole
 from sglpatch.doctor.resolve.survey import capability as parsed_capability
 from sglpatch.doctor.resolve.variants import Variant
 from sglpatch.patch import Concerns
 from sglpatch.results import Failed
 
-RUNS, BREAKS, NOT_EVALUATED, NEEDS = "runs", "breaks", "not evaluated", "needs"
 # Values that are not a kernel: "auto" is resolved later, by the layer that loads the weights;
 # "nsa"/"dsa" dispatch to the DSA prefill/decode backends, which are judged themselves.
 NOT_KERNELS = frozenset({"auto", "nsa", "dsa"})

@@ -32,9 +32,9 @@ from packaging.version import Version
 from sglpatch.doctor import census, coverage, known_gaps, pending
 from sglpatch.doctor import model_problems as problems
 from sglpatch.doctor.facts import unjudged_steps
-from sglpatch.doctor.model_problems import BREAKS, NEEDS, NOT_EVALUATED, RUNS, Problem
+from sglpatch.doctor.model_problems import Problem
 from sglpatch.doctor.read.source_tree import Source
-from sglpatch.doctor.report import ModelRow
+from sglpatch.doctor.report import BREAKS, NEEDS, NOT_EVALUATED, RUNS, ModelRow
 from sglpatch.doctor.resolve import Outcome
 from sglpatch.doctor.resolve.survey import Key, Wanted, again_at
 from sglpatch.doctor.resolve.variants import Variant

@@ -114,6 +114,10 @@ class Suspect(NamedTuple):
         return len({(j.outcome, j.what.replace(j.capability, "12")) for j in self.judgements}) > 1
 
 
+# A row's states (`ModelRow.now`, `after_apply`).
+RUNS, BREAKS, NOT_EVALUATED, NEEDS = "runs", "breaks", "not evaluated", "needs"
+
+
 class ModelRow(NamedTuple):
     """One model, checkpoint and part: does it run now, and after `sglpatch apply`
     (`model_rows`)? `now` and `after_apply` are "runs", "breaks", "needs" or "not evaluated"."""
@@ -197,7 +201,7 @@ class Diagnosis(NamedTuple):
         judged = {k.package: k for k in self.kernels or ()}
         found = []
         for row in self.rows:
-            if row.after_apply != "needs":  # model_problems.NEEDS
+            if row.after_apply != NEEDS:
                 continue
             if self.quantization_from and row.quantization != self.quantization:
                 continue

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
+from sglpatch.doctor.read import chunks
 from sglpatch.doctor.read.source_tree import without_strings
 
 
@@ -155,7 +156,8 @@ def _uses(data: bytes, names: set[str]) -> Iterator[int]:
 def with_aliases(
     source_lines: Sequence[str], data: bytes, starts: Starts, lines: list[int]
 ) -> list[int]:
-    """Add the lines that use a name assigned on a candidate line (`sm = get_device_sm()`)."""
+    """Add the lines that use a name assigned on a candidate line (`sm = get_device_sm()`), the
+    lines that hand a local chosen there on (`_sinks`), and the KV dtype's arms (`_kv_arms`)."""
     found = set(lines)
     done: set[str] = set()
     new = list(lines)
@@ -262,14 +264,8 @@ def _kv_arms(source_lines: Sequence[str], lines: list[int]) -> set[int]:
         match = _KV_ARM.match(text)
         if match is None:
             continue
-        found.add(number)
-        indent = len(match.group(1))
-        for body in range(number + 1, min(number + 1 + _ARM_LINES, len(source_lines) + 1)):
-            stripped = source_lines[body - 1].lstrip()
-            code = bool(stripped) and not stripped.startswith("#")
-            if code and len(source_lines[body - 1]) - len(stripped) <= indent:
-                break
-            found.add(body)
+        last = chunks.block_end(source_lines, number - 1, len(match.group(1))) + 1
+        found.update(range(number, min(last, number + _ARM_LINES) + 1))
     return found
 
 

@@ -40,7 +40,7 @@ def blocks(lines: Sequence[str], wanted: Sequence[int]) -> list[tuple[int, int, 
         if line <= covered_until or line > len(lines):
             continue
         start, indent = _enclosing(lines, line - 1)
-        end = _end(lines, start, indent)
+        end = block_end(lines, start, indent)
         found.append((start + 1, end + 1, indent))
         covered_until = end + 1
     merged: list[tuple[int, int, int]] = []
@@ -83,7 +83,7 @@ def _continues(lines: Sequence[str], index: int) -> bool:
     return lines[index].lstrip().startswith((")", "]", "}"))
 
 
-def _end(lines: Sequence[str], start: int, indent: int) -> int:
+def block_end(lines: Sequence[str], start: int, indent: int) -> int:
     """The last line of the block whose header is at `start`."""
     last = start
     for index in range(start + 1, len(lines)):
